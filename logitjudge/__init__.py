@@ -1,0 +1,13 @@
+"""logitjudge: exact, position-debiased rubric scoring from a judge LLM's next-token probabilities."""
+
+from .orderings import balanced, fixed, is_balanced
+from .orderings import random as random_orders
+from .rubric import Criterion, Rubric, ScoreOption, builtin_rubric, load_rubric
+from .table import ScoreTable
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Criterion", "Rubric", "ScoreOption", "ScoreTable", "balanced", "builtin_rubric", "fixed", "is_balanced",
+    "load_rubric", "random_orders", "__version__",
+]

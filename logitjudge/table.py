@@ -1,0 +1,166 @@
+"""ScoreTable: exact option distributions of every (item, criterion, ordering), saved as one .npz."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .orderings import inverse, validate
+
+
+class TableError(ValueError):
+    pass
+
+
+@dataclass
+class ScoreTable:
+    """``probs[item, criterion, ordering, option]`` in canonical option order (renormalised over the labels).
+
+    ``label_mass[item, criterion, ordering]`` is the total probability of all labels before renormalising.
+    ``option_orders[ordering, position]`` / ``criterion_orders[ordering, position]`` give the canonical index
+    shown at each position. ``values[criterion, option]`` are the numeric scores.
+    """
+
+    probs: np.ndarray
+    label_mass: np.ndarray
+    option_orders: np.ndarray
+    criterion_orders: np.ndarray
+    values: np.ndarray
+    item_ids: np.ndarray
+    criteria: list[str]
+    item_groups: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.probs = np.asarray(self.probs, dtype=np.float64)
+        self.label_mass = np.asarray(self.label_mass, dtype=np.float64)
+        self.values = np.asarray(self.values, dtype=np.float64)
+        self.item_ids = np.asarray(self.item_ids).astype(str)
+        if self.item_groups is not None:
+            self.item_groups = np.asarray(self.item_groups).astype(str)
+        if self.probs.ndim != 4:
+            raise TableError(f"probs must be 4-D [items, criteria, orderings, options], got {self.probs.shape}")
+        i, c, k, n = self.probs.shape
+        self.option_orders = validate(self.option_orders, n)
+        self.criterion_orders = validate(self.criterion_orders, c)
+        checks = [("label_mass", self.label_mass.shape, (i, c, k)), ("option_orders", self.option_orders.shape, (k, n)),
+                  ("criterion_orders", self.criterion_orders.shape, (k, c)), ("values", self.values.shape, (c, n)),
+                  ("item_ids", self.item_ids.shape, (i,))]
+        if self.item_groups is not None:
+            checks.append(("item_groups", self.item_groups.shape, (i,)))
+        for name, got, want in checks:
+            if tuple(got) != want:
+                raise TableError(f"{name} has shape {tuple(got)}, expected {want} for probs of shape {self.probs.shape}")
+        if len(self.criteria) != c:
+            raise TableError(f"{len(self.criteria)} criterion names for {c} criteria")
+
+    # ---- shape ---------------------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return self.probs.shape  # (items, criteria, orderings, options)
+
+    @property
+    def n_items(self) -> int:
+        return self.probs.shape[0]
+
+    @property
+    def n_options(self) -> int:
+        return self.probs.shape[3]
+
+    # ---- views ---------------------------------------------------------------------------------------------
+    def probs_by_position(self) -> np.ndarray:
+        """[items, criteria, orderings, positions]: probability of the option shown at each position."""
+        idx = np.broadcast_to(self.option_orders[None, None], self.probs.shape)
+        return np.take_along_axis(self.probs, idx, axis=3)
+
+    def expected_score(self) -> np.ndarray:
+        """[items, criteria, orderings]: probability-weighted score (G-Eval style)."""
+        return np.einsum("icko,co->ick", self.probs, self.values)
+
+    def argmax_score(self) -> np.ndarray:
+        """[items, criteria, orderings]: the score of the most probable option."""
+        best = self.probs.argmax(axis=3)
+        return np.take_along_axis(np.broadcast_to(self.values[None, :, None, :], self.probs.shape),
+                                  best[..., None], axis=3)[..., 0]
+
+    def criterion_positions(self) -> np.ndarray:
+        """[orderings, criteria]: the position at which each canonical criterion is shown."""
+        return inverse(self.criterion_orders)
+
+    def select_items(self, index) -> ScoreTable:
+        index = np.asarray(index)
+        return ScoreTable(self.probs[index], self.label_mass[index], self.option_orders, self.criterion_orders,
+                          self.values, self.item_ids[index], list(self.criteria),
+                          None if self.item_groups is None else self.item_groups[index], dict(self.meta))
+
+    def select_orderings(self, index) -> ScoreTable:
+        index = np.asarray(index)
+        return ScoreTable(self.probs[:, :, index], self.label_mass[:, :, index], self.option_orders[index],
+                          self.criterion_orders[index], self.values, self.item_ids, list(self.criteria),
+                          self.item_groups, dict(self.meta))
+
+    # ---- files ---------------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        arrays = dict(probs=self.probs, label_mass=self.label_mass, option_orders=self.option_orders,
+                      criterion_orders=self.criterion_orders, values=self.values, item_ids=self.item_ids,
+                      criteria=np.asarray(self.criteria, dtype=str),
+                      meta=np.asarray(json.dumps(self.meta, default=str)))
+        if self.item_groups is not None:
+            arrays["item_groups"] = self.item_groups
+        tmp = p.with_name(p.name + ".tmp.npz")
+        np.savez(tmp, **arrays)
+        tmp.replace(p)  # atomic: a killed save never leaves a half-written table
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> ScoreTable:
+        p = Path(path)
+        if not p.exists():
+            raise TableError(f"score table {p} does not exist; create it with `logitjudge score ... --out {p}`")
+        try:
+            z = np.load(p, allow_pickle=False)
+        except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
+            raise TableError(f"{p} is not a readable .npz score table: {e}") from None
+        need = ["probs", "label_mass", "option_orders", "criterion_orders", "values", "item_ids", "criteria", "meta"]
+        missing = [k for k in need if k not in z.files]
+        if missing:
+            raise TableError(f"{p} lacks arrays {missing}; it was not written by ScoreTable.save")
+        return cls(z["probs"], z["label_mass"], z["option_orders"], z["criterion_orders"], z["values"],
+                   z["item_ids"], [str(x) for x in z["criteria"]],
+                   z["item_groups"] if "item_groups" in z.files else None, json.loads(str(z["meta"])))
+
+    def to_dataframe(self):
+        """Long format: one row per (item, criterion, ordering, option)."""
+        import pandas as pd
+
+        i, c, k, n = self.probs.shape
+        ii, cc, kk, oo = np.meshgrid(np.arange(i), np.arange(c), np.arange(k), np.arange(n), indexing="ij")
+        pos = np.broadcast_to(inverse(self.option_orders)[None, None], self.probs.shape)
+        cpos = np.broadcast_to(self.criterion_positions()[None, :, :].transpose(0, 2, 1)[..., None], self.probs.shape)
+        df = pd.DataFrame({
+            "item_id": self.item_ids[ii.ravel()],
+            "criterion": np.asarray(self.criteria)[cc.ravel()],
+            "ordering": kk.ravel(),
+            "option": oo.ravel(),
+            "value": self.values[cc.ravel(), oo.ravel()],
+            "position": pos.ravel(),
+            "criterion_position": cpos.ravel(),
+            "prob": self.probs.ravel(),
+            "label_mass": np.broadcast_to(self.label_mass[..., None], self.probs.shape).ravel(),
+        })
+        if self.item_groups is not None:
+            df.insert(1, "group", self.item_groups[ii.ravel()])
+        return df
+
+    def to_parquet(self, path: str | Path) -> Path:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise TableError("Parquet export needs pyarrow: pip install 'logitjudge[parquet]'") from None
+        self.to_dataframe().to_parquet(path, index=False)
+        return Path(path)
