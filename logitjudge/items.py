@@ -1,0 +1,83 @@
+"""Items to judge: a text, an optional context (source article, question), a group, optional human scores."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ItemError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    text: str
+    context: str = ""
+    group: str = ""
+    human: dict = field(default_factory=dict, compare=False)  # criterion name -> float (mean human score)
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict:
+        d = {"id": self.id, "text": self.text}
+        if self.context:
+            d["context"] = self.context
+        if self.group:
+            d["group"] = self.group
+        if self.human:
+            d["human"] = self.human
+        if self.meta:
+            d["meta"] = self.meta
+        return d
+
+
+def item_from_dict(d: dict, *, where: str = "item") -> Item:
+    if not isinstance(d, dict):
+        raise ItemError(f"{where}: expected a JSON object with 'id' and 'text', got {type(d).__name__}")
+    missing = [k for k in ("id", "text") if k not in d]
+    if missing:
+        raise ItemError(f"{where}: missing field(s) {missing}; each line needs 'id' and 'text' "
+                        "(and optionally 'context', 'group', 'human')")
+    text = d["text"]
+    if not isinstance(text, str) or not text.strip():
+        raise ItemError(f"{where} (id {d['id']!r}): 'text' is empty; remove the item or give it a text")
+    human = d.get("human") or {}
+    if not isinstance(human, dict):
+        raise ItemError(f"{where} (id {d['id']!r}): 'human' must be an object criterion -> score")
+    return Item(str(d["id"]), text, str(d.get("context") or ""), str(d.get("group") or ""),
+                {str(k): float(v) for k, v in human.items()}, dict(d.get("meta") or {}))
+
+
+def read_items(path: str | Path) -> list[Item]:
+    """Items from a JSONL file: one object per line with ``id``, ``text`` and optional ``context``/``group``."""
+    p = Path(path)
+    if not p.exists():
+        raise ItemError(f"texts file {p} does not exist")
+    items, seen = [], set()
+    with p.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ItemError(f"{p}:{n}: not valid JSON ({e}); the file must be JSONL, one object per line") from None
+            it = item_from_dict(d, where=f"{p}:{n}")
+            if it.id in seen:
+                raise ItemError(f"{p}:{n}: duplicate id {it.id!r}; ids must be unique")
+            seen.add(it.id)
+            items.append(it)
+    if not items:
+        raise ItemError(f"texts file {p} has no items")
+    return items
+
+
+def write_items(items, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", encoding="utf-8") as f:
+        for it in items:
+            f.write(json.dumps(it.to_json(), ensure_ascii=False) + "\n")
+    return p
