@@ -1,0 +1,191 @@
+"""The scoring engine: exact label probabilities for many prompts that share a prefix.
+
+Per item, all prompt + label-continuation sequences go into one token trie (:mod:`logitjudge.trie`). The trie is
+evaluated top-down: a level's segments run as one right-padded batch on top of their parent's cache
+(:class:`~logitjudge.forward.PrefixKV`, held once), hidden states are read only where a label token is
+predicted, and the unembedding + full-vocabulary log-softmax (fp32) is applied only there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import trie as trie_mod
+from .forward import FORWARDS, PrefixKV, head_params, install_shared_attention, n_layers
+from .prompts import EncodedPrompt
+from logitjudge_kernels import label_logprobs
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+@dataclass
+class Job:
+    """Sequences to evaluate after one cached prefix (``None``: no prefix, the sequences start the context).
+
+    ``reads[s]`` = [(index, token, key)]: log p(token | prefix + sequences[s][:index+1]) is returned under key.
+    ``keep`` = keys whose sequence-end cache is returned (to extend them later, e.g. multi-criteria slots).
+    """
+
+    sequences: list[list[int]]
+    reads: list[list[tuple]]
+    prefix: PrefixKV | None = None
+    keep: list | None = None
+
+
+@dataclass
+class JobResult:
+    logprobs: dict = field(default_factory=dict)  # key -> float
+    caches: dict = field(default_factory=dict)  # keep key -> PrefixKV
+    tokens: int = 0  # tokens actually run through the model
+
+
+class Engine:
+    """Exact label log-probabilities with a shared-prefix trie.
+
+    ``prefix_mode``: "shared" (prefix KV held once, read through the shared-prefix attention function) or "copy"
+    (the prefix copied into a per-row ``DynamicCache``; works for any causal LM). ``token_budget`` bounds
+    rows x padded length of one batch.
+    """
+
+    def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "shared"):
+        if prefix_mode not in FORWARDS:
+            raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {sorted(FORWARDS)}")
+        self.lm = lm
+        self.model = lm.model
+        self.token_budget = int(token_budget)
+        self.prefix_mode = prefix_mode
+        if prefix_mode == "shared":
+            install_shared_attention(self.model)
+        self._forward = FORWARDS[prefix_mode]
+        self.n_layers = n_layers(self.model)
+        weight, self._scale, self._softcap = head_params(self.model)
+        self._weight = weight if weight.dtype == torch.float32 else weight.float()  # fp32 read-out, once
+        self.device = next(self.model.parameters()).device
+        self.stats = {"tokens": 0, "forward_calls": 0, "reads": 0}
+
+    # ---- core ----------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def run(self, jobs: list[Job]) -> list[JobResult]:
+        """Evaluate jobs; jobs without a prefix are batched together at the top level (longest first)."""
+        results = [JobResult() for _ in jobs]
+        tops = []  # (job index, top-level trie nodes)
+        for j, job in enumerate(jobs):
+            ends = None
+            if job.keep is not None:
+                ends = list(job.keep)
+            roots = trie_mod.build(job.sequences, job.reads, ends)
+            tops.append((j, roots))
+        free = [(j, n) for j, roots in tops if jobs[j].prefix is None for n in roots]
+        if free:
+            self._level(free, PrefixKV.empty(self.n_layers), results)
+        for j, roots in tops:
+            if jobs[j].prefix is not None:
+                self._level([(j, n) for n in roots], jobs[j].prefix, results)
+        return results
+
+    def _level(self, nodes: list, prefix: PrefixKV, results: list[JobResult]) -> None:
+        """Run sibling segments (all after ``prefix``) in right-padded batches, then recurse into children."""
+        order = sorted(range(len(nodes)), key=lambda i: -len(nodes[i][1].tokens))
+        start = 0
+        while start < len(order):
+            width = len(nodes[order[start]][1].tokens)
+            rows = max(1, self.token_budget // max(width, 1))
+            chunk = [nodes[i] for i in order[start:start + rows]]
+            start += len(chunk)
+            self._batch(chunk, prefix, results)
+
+    def _batch(self, chunk: list, prefix: PrefixKV, results: list[JobResult]) -> None:
+        B = len(chunk)
+        S = max(len(n.tokens) for _, n in chunk)
+        ids = torch.zeros((B, S), dtype=torch.long)
+        for r, (_, n) in enumerate(chunk):
+            ids[r, :len(n.tokens)] = torch.tensor(n.tokens)
+        need_cache = any(n.children or n.ends for _, n in chunk)
+        hidden, captured = self._forward(self.model, ids.to(self.device), prefix, capture=need_cache)  # (B,S,d)
+        self.stats["forward_calls"] += 1
+        for j, n in chunk:
+            results[j].tokens += len(n.tokens)
+        self.stats["tokens"] += sum(len(n.tokens) for _, n in chunk)
+        # read-out only where a label token is predicted
+        rows, offs, toks, keys = [], [], [], []
+        for r, (j, n) in enumerate(chunk):
+            for (off, tok), ks in n.reads.items():
+                rows.append(r)
+                offs.append(off)
+                toks.append(tok)
+                keys.append((j, ks))
+        if rows:
+            h = hidden[torch.tensor(rows), torch.tensor(offs)]  # (R, d)
+            lp = self.read(h, torch.tensor(toks)).double().cpu().numpy()
+            self.stats["reads"] += len(rows)
+            for (j, ks), v in zip(keys, lp):
+                for k in ks:
+                    results[j].logprobs[k] = float(v)
+        for r, (j, n) in enumerate(chunk):
+            if n.ends or n.children:
+                ext = prefix.extend(captured, r, len(n.tokens))
+                for key in n.ends:
+                    results[j].caches[key] = ext
+                if n.children:
+                    self._level([(j, c) for c in n.children], ext, results)
+        del hidden, captured
+
+    def read(self, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """log p(token) under the full-vocabulary softmax, fp32, for hidden states (R, d)."""
+        h = hidden.float()
+        if self._scale != 1.0:
+            h = h * self._scale
+        res = label_logprobs(h, self._weight, tokens.view(-1, 1).to(h.device), softcap=self._softcap)
+        return res.label_logprobs[:, 0]
+
+    # ---- prompts -------------------------------------------------------------------------------------------
+    def prompt_logprobs(self, groups: list[list[EncodedPrompt]]) -> list[list[np.ndarray]]:
+        """For each group (an item's prompts) and prompt: log-probability of each whole label continuation."""
+        jobs = [prompt_job(g) for g in groups]
+        res = self.run(jobs)
+        out = []
+        for g, r in zip(groups, res):
+            out.append([np.array([sum(r.logprobs[(p, o, t)] for t in range(len(c)))
+                                  for o, c in enumerate(ep.continuation_ids)]) for p, ep in enumerate(g)])
+        return out
+
+
+def prompt_job(prompts: list[EncodedPrompt]) -> Job:
+    """One sequence per (prompt, option): prompt + continuation[:-1]; reads at every continuation token."""
+    seqs, reads = [], []
+    for p, ep in enumerate(prompts):
+        for o, cont in enumerate(ep.continuation_ids):
+            seq = list(ep.prompt_ids) + list(cont[:-1])
+            base = len(ep.prompt_ids) - 1
+            seqs.append(seq)
+            reads.append([(base + t, cont[t], (p, o, t)) for t in range(len(cont))])
+    return Job(seqs, reads)
+
+
+def plain_prompt_logprobs(model, prompts: list[EncodedPrompt]) -> list[np.ndarray]:
+    """Reference path: one full forward per (prompt, option), no cache, fp32 full-vocabulary log-softmax."""
+    out = []
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for ep in prompts:
+            lps = []
+            for cont in ep.continuation_ids:
+                ids = torch.tensor([list(ep.prompt_ids) + list(cont)], device=device)
+                logits = model(input_ids=ids).logits[0].float()  # (T, V)
+                logp = torch.log_softmax(logits, dim=-1)
+                n = len(ep.prompt_ids)
+                lps.append(sum(float(logp[n - 1 + t, cont[t]]) for t in range(len(cont))))
+            out.append(np.array(lps))
+    return out
+
+
+def timed(fn, *args, **kwargs):
+    t0 = time.perf_counter()
+    r = fn(*args, **kwargs)
+    return r, time.perf_counter() - t0

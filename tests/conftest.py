@@ -1,0 +1,76 @@
+"""Shared fixtures: a tiny random-weight Gemma-3 model with a small trained tokenizer, and the real Gemma-3-270M."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from logitjudge.models import LoadedModel
+
+CORPUS = [
+    "Rate the quality of the text below. Answer with the label of the option that fits best.",
+    "Score: 1 2 3 4 5 6 7 8 9 10 [[1]] [[10]] Rating: Quality score: Coherence: Fluency: Empathy:",
+    "Very poor. Poor. Fair. Good. Excellent. Worst. Perfect. The text is clear, well written and correct.",
+    "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly.",
+    "Context: Text: Summary: Question: Answer: the article says that the economy grew by three percent.",
+]
+
+
+def tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.normalizer = normalizers.NFC()
+    # Metaspace like Gemma/Llama: a space becomes "▁" and may stand alone before a digit
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True)
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<bos>", "<eos>", "<unk>"],
+                                  initial_alphabet=list("0123456789[]:.,\n"))
+    tok.train_from_iterator(CORPUS * 20, trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="<unk>", pad_token="<pad>")
+
+
+def tiny_gemma(tokenizer, *, sliding_window: int = 24, softcap: float | None = 30.0, seed: int = 0):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=sliding_window,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+        max_position_embeddings=2048, query_pre_attn_scalar=32, final_logit_softcapping=softcap,
+        initializer_range=0.2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = Gemma3ForCausalLM(cfg).eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_lm():
+    tok = tiny_tokenizer()
+    return LoadedModel(tiny_gemma(tok), tok, "tiny-random-gemma3", dtype="fp32")
+
+
+def fresh_tiny_lm(**kw) -> LoadedModel:
+    tok = tiny_tokenizer()
+    return LoadedModel(tiny_gemma(tok, **kw), tok, "tiny-random-gemma3", dtype="fp32")
+
+
+@pytest.fixture(scope="session")
+def gemma_lm():
+    """The real Gemma-3-270M (converted once from the GGUF into the logitjudge cache)."""
+    from logitjudge.models import load_model
+
+    return load_model("gemma-3-270m", dtype="fp32", device="cpu")
+
+
+def shared_data_dir() -> Path | None:
+    env = os.environ.get("LOGITJUDGE_DATA")
+    p = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+    return p if p.exists() else None
