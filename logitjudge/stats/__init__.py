@@ -1,0 +1,81 @@
+"""Statistics on exact judge distributions: position preference, criterion-position effects, aggregation
+strategies, human alignment, budget curves and rank stability.
+
+Every estimator is a pure function on numpy arrays (scipy.stats style: data positional, options keyword-only,
+randomness via ``rng=``) returning a frozen result dataclass with a JSON-ready ``to_dict()``.
+"""
+
+from ._result import (
+    AlignmentError,
+    ConfoundedDesignWarning,
+    DesignError,
+    InsufficientDataError,
+    RandomDesignWarning,
+    Result,
+    ShapeError,
+    StatsError,
+    canonical_index,
+    detect_design,
+    jsonable,
+)
+from .aggregation import (
+    AggregateResult,
+    DebiasResult,
+    aggregate_scores,
+    balanced_sequence,
+    debias_probs,
+    pride_debias,
+    read_scores,
+    select_orderings,
+)
+from .alignment import (
+    CorrelationDifferenceResult,
+    CorrelationResult,
+    GroupedCorrelationResult,
+    HumanScores,
+    PerGroupCorrelations,
+    align_human,
+    compare_correlations,
+    correlation,
+    grouped_correlation,
+    per_group_correlations,
+    system_correlation,
+)
+from .budget import BudgetCurveResult, GainResult, budget_curve, gain_fraction
+from .criteria import CriterionPositionResult, criterion_position_effect
+from .position import (
+    PositionChiSquareResult,
+    PositionDistributionResult,
+    PositionEffectResult,
+    PriorResult,
+    chosen_positions,
+    cramers_v_gof,
+    fit_position_effect,
+    position_chisquare,
+    position_distribution,
+    position_label,
+    pride_prior,
+    probs_by_position,
+    probs_from_positions,
+)
+from .ranking import (
+    BestOfNResult,
+    RankStabilityResult,
+    best_of_n_instability,
+    kendall_tau_matrix,
+    rank_stability,
+)
+
+__all__ = [
+    "AggregateResult", "AlignmentError", "BestOfNResult", "BudgetCurveResult", "ConfoundedDesignWarning",
+    "CorrelationDifferenceResult", "CorrelationResult", "CriterionPositionResult", "DebiasResult",
+    "DesignError", "GainResult", "GroupedCorrelationResult", "HumanScores", "InsufficientDataError",
+    "PerGroupCorrelations", "PositionChiSquareResult", "PositionDistributionResult", "PositionEffectResult",
+    "PriorResult", "RandomDesignWarning", "RankStabilityResult", "Result", "ShapeError", "StatsError",
+    "aggregate_scores", "align_human", "balanced_sequence", "best_of_n_instability", "budget_curve",
+    "canonical_index", "chosen_positions", "compare_correlations", "correlation", "cramers_v_gof",
+    "criterion_position_effect", "debias_probs", "detect_design", "fit_position_effect", "gain_fraction",
+    "grouped_correlation", "jsonable", "kendall_tau_matrix", "per_group_correlations", "position_chisquare",
+    "position_distribution", "position_label", "pride_debias", "pride_prior", "probs_by_position",
+    "probs_from_positions", "rank_stability", "read_scores", "select_orderings", "system_correlation",
+]

@@ -1,0 +1,201 @@
+"""Shared pieces of the statistics layer: errors, warnings, the result base class, bootstrap and design
+helpers.
+
+Undefined statistics (a correlation of constant scores, a gain whose denominator is zero) are never returned
+as a bare NaN with a RuntimeWarning: results carry ``defined=False`` and a ``reason`` string, with the
+statistic NaN. Bad *input* (wrong shapes, a single item, a design that cannot answer the question) raises a
+``StatsError``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..orderings import is_balanced, validate
+
+BALANCED, RANDOM, FIXED = "balanced", "random", "fixed"
+
+
+class StatsError(ValueError):
+    """Bad input to a statistic; the message says what is wrong and how to fix it."""
+
+
+class ShapeError(StatsError):
+    """Arrays whose shapes do not fit together."""
+
+
+class DesignError(StatsError):
+    """The ordering design cannot answer the question (e.g. a balanced-only statistic on random orderings)."""
+
+
+class InsufficientDataError(StatsError):
+    """Too few items, groups or orderings for the statistic."""
+
+
+class AlignmentError(StatsError):
+    """Human scores that do not match the table (unknown ids, missing criteria)."""
+
+
+class ConfoundedDesignWarning(UserWarning):
+    """A FIXED design was analysed anyway: score and position are confounded."""
+
+
+class RandomDesignWarning(UserWarning):
+    """A RANDOM design: the test is valid in expectation but content x position confounding adds variance."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """Base of every result: frozen, with a JSON-ready ``to_dict`` (arrays -> lists, NaN -> None)."""
+
+    def to_dict(self) -> dict:
+        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+def jsonable(x):
+    """JSON-ready copy of ``x``: numpy -> lists/floats, NaN/inf -> None, results -> dicts."""
+    if isinstance(x, Result):
+        return x.to_dict()
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    if x is None or isinstance(x, str):
+        return x
+    return str(x)
+
+
+# ---- argument checks ---------------------------------------------------------------------------------------
+def as_rng(rng) -> np.random.Generator:
+    return np.random.default_rng(rng)
+
+
+def check_confidence(confidence: float) -> float:
+    if not 0.0 < float(confidence) < 1.0:
+        raise StatsError(f"confidence must lie strictly between 0 and 1 (e.g. 0.95), got {confidence!r}")
+    return float(confidence)
+
+
+def check_n_boot(n_boot: int) -> int:
+    if int(n_boot) != n_boot or n_boot < 0:
+        raise StatsError(f"n_boot must be a non-negative integer (0 skips the bootstrap), got {n_boot!r}")
+    return int(n_boot)
+
+
+def check_choice(name: str, value: str, choices) -> str:
+    if value not in choices:
+        raise StatsError(f"{name}={value!r} is not one of {list(choices)}")
+    return value
+
+
+def as_array(x, name: str, ndim: int, what: str) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != ndim:
+        raise ShapeError(f"{name} must be {ndim}-D {what}, got shape {a.shape}")
+    return a
+
+
+def check_distributions(p: np.ndarray, name: str, atol: float = 1e-6) -> None:
+    """Rows along the last axis must be probability distributions (the table stores renormalised rows)."""
+    if p.size == 0:
+        raise ShapeError(f"{name} is empty (shape {p.shape})")
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise StatsError(f"{name} contains negative or non-finite probabilities")
+    bad = np.abs(p.sum(axis=-1) - 1.0) > atol
+    if bad.any():
+        example = p.sum(axis=-1)[bad].flat[0]
+        raise StatsError(f"{name}: {int(bad.sum())} rows do not sum to 1 (e.g. {example:.6g}); "
+                         "pass the renormalised ScoreTable.probs, not raw label probabilities")
+
+
+def check_orders(option_orders, n_orderings: int, n_options: int, name: str = "option_orders") -> np.ndarray:
+    a = validate(option_orders)
+    if a.shape != (n_orderings, n_options):
+        raise ShapeError(f"{name} has shape {a.shape}, expected ({n_orderings}, {n_options}) to match the "
+                         "orderings and options of the probabilities")
+    return a
+
+
+def need_items(n: int, minimum: int, what: str) -> None:
+    if n < minimum:
+        raise InsufficientDataError(f"{what} needs at least {minimum} items, got {n}; "
+                                    "score more items before computing it")
+
+
+# ---- designs -----------------------------------------------------------------------------------------------
+def detect_design(option_orders) -> str:
+    """'balanced' when every option is at every position equally often (``is_balanced``), 'fixed' when every
+    row is the same order, else 'random'. With a single option there are no positions: 'fixed'."""
+    a = validate(option_orders)
+    if a.shape[1] > 1 and is_balanced(a):
+        return BALANCED
+    if np.all(a == a[0]):
+        return FIXED
+    return RANDOM
+
+
+def canonical_index(option_orders) -> int:
+    """The canonical ordering: the identity row when present, else row 0."""
+    a = validate(option_orders)
+    ident = np.flatnonzero(np.all(a == np.arange(a.shape[1]), axis=1))
+    return int(ident[0]) if ident.size else 0
+
+
+# ---- bootstrap ---------------------------------------------------------------------------------------------
+def bootstrap_indices(n_units: int, n_boot: int, rng) -> np.ndarray:
+    """[n_boot, n_units] resampled unit indices (with replacement)."""
+    return as_rng(rng).integers(0, n_units, size=(n_boot, n_units))
+
+
+def weights_from_indices(idx: np.ndarray, n_units: int) -> np.ndarray:
+    """[n_boot, n_units] multiplicities of each unit in each resample, so that a bootstrap mean of per-unit
+    statistics is ``w @ stat / n_units`` (one matrix product instead of a Python loop)."""
+    n_boot = idx.shape[0]
+    flat = idx + n_units * np.arange(n_boot)[:, None]
+    return np.bincount(flat.ravel(), minlength=n_boot * n_units).reshape(n_boot, n_units).astype(np.float64)
+
+
+def bootstrap_weights(n_units: int, n_boot: int, rng) -> np.ndarray:
+    return weights_from_indices(bootstrap_indices(n_units, n_boot, rng), n_units)
+
+
+def percentile_ci(samples: np.ndarray, confidence: float) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """Percentile interval along axis 0, ignoring NaN resamples (NaN where none is defined)."""
+    s = np.asarray(samples, dtype=np.float64)
+    if s.shape[0] == 0:
+        nan = np.full(s.shape[1:], np.nan)
+        return (float("nan"), float("nan")) if nan.ndim == 0 else (nan, nan.copy())
+    alpha = (1.0 - confidence) / 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN, which is what we report
+        lo = np.nanquantile(s, alpha, axis=0)
+        hi = np.nanquantile(s, 1.0 - alpha, axis=0)
+    if np.ndim(lo) == 0:
+        return float(lo), float(hi)
+    return lo, hi
+
+
+def mean_over_units(per_unit: np.ndarray, n_boot: int, rng) -> np.ndarray:
+    """Bootstrap replicates of the mean over axis 0 of ``per_unit`` ([units, ...]) -> [n_boot, ...]."""
+    n = per_unit.shape[0]
+    w = bootstrap_weights(n, n_boot, rng)
+    return np.tensordot(w, per_unit, axes=(1, 0)) / n
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    z = x - np.max(x, axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=axis, keepdims=True)

@@ -1,0 +1,72 @@
+import numpy as np
+import pytest
+from scipy import stats as sps
+from synthetic import planted_human, planted_table
+
+from logitjudge.stats import ShapeError, aggregate_scores, budget_curve, gain_fraction
+
+
+def test_gain_fraction_by_hand():
+    g = gain_fraction([0.5, 0.6, 0.7, 0.8])
+    assert g.defined
+    np.testing.assert_allclose(g.fraction, [0, 1 / 3, 2 / 3, 1])
+    g = gain_fraction([0.60, 0.66, 0.68, 0.69, 0.70])
+    np.testing.assert_allclose(g.fraction, [0, 0.6, 0.8, 0.9, 1.0])
+    flat = gain_fraction([0.7, 0.72, 0.7])
+    assert not flat.defined and np.isnan(flat.fraction).all() and "r(Kmax) = r(1)" in flat.reason
+    assert not gain_fraction([np.nan, 0.5]).defined
+    with pytest.raises(ShapeError):
+        gain_fraction([0.5])
+
+
+def _study(bias=(0.6, 0, 0, 0, 0), orderings="balanced", n=150):
+    t = planted_table(n, 5, position_bias=list(bias), prompt_noise=0.6, orderings=orderings, rng=3)
+    h = planted_human(t, noise=0.5, rng=4)
+    y = np.array([h[i]["C0"] for i in t.item_ids])
+    return t, y
+
+
+def test_budget_curve_endpoints_by_hand():
+    t, y = _study()
+    p, v = t.probs[:, 0], t.values[0]
+    res = budget_curve(p, v, t.option_orders, y, n_draws=30, rng=0)
+    np.testing.assert_array_equal(res.ks, np.arange(1, 11))
+    full = aggregate_scores(p, v, t.option_orders).scores
+    assert res.curves["balanced"][-1] == pytest.approx(sps.pearsonr(full, y).statistic)
+    # BALANCED K=1 averages the correlation of every single ordering (the cyclic windows of length 1)
+    single = [sps.pearsonr(p[:, k] @ v, y).statistic for k in range(10)]
+    assert res.curves["balanced"][0] == pytest.approx(np.mean(single))
+    assert res.curves_sd["balanced"][0] == pytest.approx(np.std(single))
+    # FIXED with exact readings is flat at the canonical prompt's correlation, so its gain is undefined
+    np.testing.assert_allclose(res.curves["fixed"], sps.pearsonr(p[:, 0] @ v, y).statistic)
+    assert not res.gain["fixed"].defined
+    g = res.gain["balanced"]
+    assert g.defined and g.fraction[0] == 0 and g.fraction[-1] == pytest.approx(1.0)
+    assert res.curves["random"][-1] > res.curves["random"][0]
+    assert res.balanced_minus_random == pytest.approx(res.curves["balanced"] - res.curves["random"])
+    den = res.curves["balanced"][-1] - res.curves["fixed"][-1]
+    assert res.variance_share == pytest.approx((res.curves["random"][-1] - res.curves["fixed"][-1]) / den)
+
+
+def test_budget_curve_draw_reading_improves_fixed_and_unbalanced_tables():
+    t, y = _study()
+    res = budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y, reading="draw", strategies=("fixed",),
+                       k_max=6, n_draws=10, rng=0)
+    assert res.curves["fixed"][-1] > res.curves["fixed"][0]  # repeated sampling averages the draw noise away
+    tr, yr = _study(orderings="random")
+    res = budget_curve(tr.probs[:, 0], tr.values[0], tr.option_orders, yr, n_draws=10, rng=0,
+                       method="spearman")
+    assert set(res.curves) == {"fixed", "random"} and "not balanced" in res.notes[0]
+    assert not res.variance_share_defined
+
+
+def test_grouped_level_and_errors():
+    t, y = _study()
+    groups = np.repeat(np.arange(15).astype(str), 10)
+    res = budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y, level="grouped", groups=groups,
+                       strategies=("balanced",), rng=0)
+    assert np.isfinite(res.curves["balanced"]).all()
+    with pytest.raises(ShapeError, match="align"):
+        budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y[:-1])
+    with pytest.raises(ValueError, match="needs groups"):
+        budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y, level="grouped")
