@@ -8,7 +8,6 @@ predicted, and the unembedding + full-vocabulary log-softmax (fp32) is applied o
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -169,23 +168,18 @@ def prompt_job(prompts: list[EncodedPrompt]) -> Job:
 
 
 def plain_prompt_logprobs(model, prompts: list[EncodedPrompt]) -> list[np.ndarray]:
-    """Reference path: one full forward per (prompt, option), no cache, fp32 full-vocabulary log-softmax."""
+    """Reference path: the model's own full forward per (prompt, label) sequence, no cache, fp32 full-vocabulary
+    log-softmax. Options whose label is one token share the forward of the bare prompt."""
     out = []
     device = next(model.parameters()).device
     with torch.inference_mode():
         for ep in prompts:
-            lps = []
-            for cont in ep.continuation_ids:
-                ids = torch.tensor([list(ep.prompt_ids) + list(cont)], device=device)
-                logits = model(input_ids=ids).logits[0].float()  # (T, V)
-                logp = torch.log_softmax(logits, dim=-1)
-                n = len(ep.prompt_ids)
-                lps.append(sum(float(logp[n - 1 + t, cont[t]]) for t in range(len(cont))))
-            out.append(np.array(lps))
+            seqs = {tuple(ep.prompt_ids) + tuple(c[:-1]) for c in ep.continuation_ids}
+            logp = {}
+            for seq in seqs:
+                logits = model(input_ids=torch.tensor([seq], device=device)).logits[0]  # (T, V)
+                logp[seq] = torch.log_softmax(logits.float(), dim=-1)
+            n = len(ep.prompt_ids)
+            out.append(np.array([sum(float(logp[tuple(ep.prompt_ids) + tuple(c[:-1])][n - 1 + t, c[t]])
+                                     for t in range(len(c))) for c in ep.continuation_ids]))
     return out
-
-
-def timed(fn, *args, **kwargs):
-    t0 = time.perf_counter()
-    r = fn(*args, **kwargs)
-    return r, time.perf_counter() - t0
