@@ -1,0 +1,38 @@
+"""logitjudge kernels: shared-prefix attention and the fused label read-out.
+
+Installed as ``logitjudge_kernels`` (the folder is ``kernels/``). Each kernel has a PyTorch reference
+(``*_ref``), a Triton implementation (``*_triton``, CUDA or ``TRITON_INTERPRET=1``) and a dispatcher
+taking ``backend="auto" | "ref" | "triton"``.
+"""
+
+from ._triton_util import HAS_TRITON, interpreter_active, triton_usable
+from .prefix_attention import (
+    attention_ref,
+    merge_attention_states,
+    shared_prefix_attention,
+    shared_prefix_attention_ref,
+    shared_prefix_attention_triton,
+)
+from .readout import (
+    LabelReadout,
+    label_logprobs,
+    label_logprobs_plain,
+    label_logprobs_ref,
+    label_logprobs_triton,
+)
+
+__all__ = [
+    "HAS_TRITON",
+    "LabelReadout",
+    "attention_ref",
+    "interpreter_active",
+    "label_logprobs",
+    "label_logprobs_plain",
+    "label_logprobs_ref",
+    "label_logprobs_triton",
+    "merge_attention_states",
+    "shared_prefix_attention",
+    "shared_prefix_attention_ref",
+    "shared_prefix_attention_triton",
+    "triton_usable",
+]
