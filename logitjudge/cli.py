@@ -82,7 +82,10 @@ def cmd_score(args) -> int:
     if args.multi_criteria:
         from .multi import score_multi
 
-        corders = parse(args.criteria_orderings, rubric.n_criteria, seed=args.seed + 1)
+        from .orderings import cross
+
+        # every option order with every criteria order; use --orderings fixed:1 to permute criteria only
+        orders, corders = cross(orders, parse(args.criteria_orderings, rubric.n_criteria, seed=args.seed + 1))
         template = load_template(args.template or "multi-criteria")
         if args.dump_prompts:
             from .multi import dump_multi_prompts

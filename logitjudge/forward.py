@@ -45,6 +45,15 @@ class PrefixKV:
             vs.append(torch.cat([vp, v[row, :, :n]], dim=1))
         return PrefixKV(ks, vs, self.length + n)
 
+    def truncate(self, n: int) -> PrefixKV:
+        """The cache of the first n tokens (views, no copy)."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"cannot truncate a prefix of {self.length} tokens to {n}")
+        if n == self.length:
+            return self
+        return PrefixKV([None if k is None else k[:, :n] for k in self.keys],
+                        [None if v is None else v[:, :n] for v in self.values], n)
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
 

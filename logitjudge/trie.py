@@ -35,7 +35,7 @@ def build(sequences, reads, end_keys=None) -> list[Node]:
     """The compressed trie of ``sequences``; returns the top-level nodes (the virtual root's children).
 
     ``reads[s]`` lists ``(index, token, key)``: the log-probability of ``token`` after ``sequences[s][:index+1]``.
-    ``end_keys[s]``, if given, tags the node where sequence s ends (to keep its cache).
+    ``end_keys[s]``, if given and not None, tags the node where sequence s ends (to keep its cache).
     """
     root = _Raw()
     for s, seq in enumerate(sequences):
@@ -50,7 +50,7 @@ def build(sequences, reads, end_keys=None) -> list[Node]:
             if not 0 <= index < len(seq):
                 raise ValueError(f"read at index {index} is outside sequence {s} of length {len(seq)}")
             path[index].reads.setdefault(int(token), []).append(key)
-        if end_keys is not None:
+        if end_keys is not None and end_keys[s] is not None:
             path[-1].ends.append(end_keys[s])
     return [_compress(tok, child) for tok, child in root.children.items()]
 
