@@ -81,7 +81,6 @@ def cmd_score(args) -> int:
     engine = Engine(lm, token_budget=args.token_budget, prefix_mode=args.prefix_mode)
     if args.multi_criteria:
         from .multi import score_multi
-
         from .orderings import cross
 
         # every option order with every criteria order; use --orderings fixed:1 to permute criteria only

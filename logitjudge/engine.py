@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from logitjudge_kernels import label_logprobs
 
 from . import trie as trie_mod
 from .forward import FORWARDS, PrefixKV, head_params, install_shared_attention, n_layers
 from .prompts import EncodedPrompt
-from logitjudge_kernels import label_logprobs
 
 
 class EngineError(RuntimeError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-
 from logitjudge_kernels import label_logprobs, shared_prefix_attention
 
 ATTN_NAME = "logitjudge_shared_prefix"

@@ -107,8 +107,8 @@ def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: s
             raise ModelError(f"{quantize} quantization uses bitsandbytes, which needs a CUDA GPU; on CPU load "
                              "the model in fp32 or bf16 instead (--dtype)")
         try:
-            from transformers import BitsAndBytesConfig
             import bitsandbytes  # noqa: F401
+            from transformers import BitsAndBytesConfig
         except ImportError:
             raise ModelError("quantization needs bitsandbytes: pip install 'logitjudge[cuda]'") from None
         kwargs["quantization_config"] = BitsAndBytesConfig(**{f"load_in_{quantize}": True})

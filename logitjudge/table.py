@@ -46,14 +46,16 @@ class ScoreTable:
         i, c, k, n = self.probs.shape
         self.option_orders = validate(self.option_orders, n)
         self.criterion_orders = validate(self.criterion_orders, c)
-        checks = [("label_mass", self.label_mass.shape, (i, c, k)), ("option_orders", self.option_orders.shape, (k, n)),
+        checks = [("label_mass", self.label_mass.shape, (i, c, k)),
+                  ("option_orders", self.option_orders.shape, (k, n)),
                   ("criterion_orders", self.criterion_orders.shape, (k, c)), ("values", self.values.shape, (c, n)),
                   ("item_ids", self.item_ids.shape, (i,))]
         if self.item_groups is not None:
             checks.append(("item_groups", self.item_groups.shape, (i,)))
         for name, got, want in checks:
             if tuple(got) != want:
-                raise TableError(f"{name} has shape {tuple(got)}, expected {want} for probs of shape {self.probs.shape}")
+                raise TableError(f"{name} has shape {tuple(got)}, expected {want} "
+                                 f"for probs of shape {self.probs.shape}")
         if len(self.criteria) != c:
             raise TableError(f"{len(self.criteria)} criterion names for {c} criteria")
 

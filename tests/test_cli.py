@@ -54,8 +54,8 @@ def test_score_dump_and_analyze(tmp_path, model_dir, capsys):
     first = lines[0]
     assert first["continuations"] and first["prompt"].endswith("score:")
     # the dumped strings reproduce the engine's numbers with a plain forward pass
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()

@@ -44,7 +44,7 @@ def test_greedy_matches_plain_path(tiny_lm):
                         slots="greedy", progress=False)
     for k in range(len(oo)):
         answers = []
-        for j, c in enumerate(co[k]):
+        for c in co[k]:
             ref = plain_slot(tiny_lm, tpl, rub, item, oo[k], co[k], answers)
             # indexed by the canonical criterion c, whatever its position j
             assert np.abs(table.probs[0, c, k] - ref).max() < 1e-5
