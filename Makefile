@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo lint bench clean
+.PHONY: venv test demo lint bench clean chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,8 +17,15 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# Headless Chromium opens the HTML report in a test; where it cannot be installed that one test skips.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; } || \
+	  echo "chromium could not be installed: the HTML report browser test will be skipped"
 
 demo: $(STAMP)
 	$(BIN)/logitjudge demo --out out/demo
