@@ -49,15 +49,18 @@ class Engine:
 
     ``prefix_mode``: "shared" (prefix KV held once, read through the shared-prefix attention function) or "copy"
     (the prefix copied into a per-row ``DynamicCache``; works for any causal LM). ``token_budget`` bounds
-    rows x padded length of one batch.
+    rows x padded length of one batch. ``min_shared``: shared runs shorter than this (below the item's prefix)
+    are recomputed per branch so that their siblings run in one batch: one forward call costs more than a few
+    duplicated tokens.
     """
 
-    def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "shared"):
+    def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "shared", min_shared: int = 16):
         if prefix_mode not in FORWARDS:
             raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {sorted(FORWARDS)}")
         self.lm = lm
         self.model = lm.model
         self.token_budget = int(token_budget)
+        self.min_shared = int(min_shared)
         self.prefix_mode = prefix_mode
         if prefix_mode == "shared":
             install_shared_attention(self.model)
@@ -78,7 +81,7 @@ class Engine:
             ends = None
             if job.keep is not None:
                 ends = list(job.keep)
-            roots = trie_mod.build(job.sequences, job.reads, ends)
+            roots = trie_mod.build(job.sequences, job.reads, ends, min_shared=self.min_shared)
             tops.append((j, roots))
         free = [(j, n) for j, roots in tops if jobs[j].prefix is None for n in roots]
         if free:

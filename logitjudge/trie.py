@@ -31,11 +31,13 @@ class _Raw:
         self.ends: list = []
 
 
-def build(sequences, reads, end_keys=None) -> list[Node]:
+def build(sequences, reads, end_keys=None, *, min_shared: int = 0) -> list[Node]:
     """The compressed trie of ``sequences``; returns the top-level nodes (the virtual root's children).
 
     ``reads[s]`` lists ``(index, token, key)``: the log-probability of ``token`` after ``sequences[s][:index+1]``.
     ``end_keys[s]``, if given and not None, tags the node where sequence s ends (to keep its cache).
+    ``min_shared``: inner nodes shorter than this are pushed down into their children (their few tokens are
+    run once per child) so that siblings batch into one forward call; the top level is never pushed down.
     """
     root = _Raw()
     for s, seq in enumerate(sequences):
@@ -52,7 +54,24 @@ def build(sequences, reads, end_keys=None) -> list[Node]:
             path[index].reads.setdefault(int(token), []).append(key)
         if end_keys is not None and end_keys[s] is not None:
             path[-1].ends.append(end_keys[s])
-    return [_compress(tok, child) for tok, child in root.children.items()]
+    tops = [_compress(tok, child) for tok, child in root.children.items()]
+    if min_shared > 0:
+        for t in tops:
+            t.children = [m for c in t.children for m in _push_down(c, min_shared)]
+    return tops
+
+
+def _push_down(node: Node, min_shared: int) -> list[Node]:
+    node.children = [m for c in node.children for m in _push_down(c, min_shared)]
+    if not node.children or node.ends or len(node.tokens) >= min_shared:
+        return [node]
+    n = len(node.tokens)
+    for i, child in enumerate(node.children):
+        child.tokens = node.tokens + child.tokens
+        child.reads = {(off + n, tok): keys for (off, tok), keys in child.reads.items()}
+        if i == 0:  # the pushed-down node's own reads are computed once, in its first child
+            child.reads.update(node.reads)
+    return node.children
 
 
 def _compress(token: int, raw: _Raw) -> Node:

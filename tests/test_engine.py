@@ -158,3 +158,17 @@ def test_parity_gemma(gemma_lm):
     assert max(len(c) for c in g[0].continuation_ids) >= 3
     assert_parity(Engine(gemma_lm).prompt_logprobs([g])[0], plain_prompt_logprobs(gemma_lm.model, g),
                   GEMMA_LOGP_ATOL)
+
+
+def test_push_down_keeps_results(tiny_lm):
+    g = item_prompts(tiny_lm, word_rubric(), items_of_lengths(2)[0], orderings.balanced(5), Template())
+    job = prompt_job(g)
+    deep = build(job.sequences, job.reads)
+    flat = build(job.sequences, job.reads, min_shared=1000)
+    assert max(len(n.children) for n in flat) >= max(len(n.children) for n in deep)
+    assert count_tokens(flat) > count_tokens(deep)
+    a = Engine(tiny_lm, min_shared=0).prompt_logprobs([g])[0]
+    b = Engine(tiny_lm, min_shared=1000).prompt_logprobs([g])[0]
+    for x, y in zip(a, b):  # another split of the same sums: fp32 rounding only
+        assert np.abs(x - y).max() < LOGP_ATOL
+        assert np.abs(distribution(x)[0] - distribution(y)[0]).max() < 1e-6
