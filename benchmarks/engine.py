@@ -1,0 +1,114 @@
+"""Engine vs the two transformers baselines on gemma-3-270m (or --model), 1 and 8 texts of ~350 tokens.
+
+(a) one full forward per prompt (``engine.plain_prompt_logprobs``), (b) prompts batched with padding, no prefix
+sharing, logits only at the last position (``baselines.batched_prompt_logprobs``), (c) the engine. n=5, balanced
+orderings (10 prompts per text). Prints a table and writes JSON.
+
+    .venv/bin/python benchmarks/engine.py [--workloads 1x350,8x350] [--dtype fp32] [--device cpu] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import workloads  # noqa: E402
+
+from logitjudge.baselines import batched_prompt_logprobs  # noqa: E402
+from logitjudge.engine import Engine, plain_prompt_logprobs  # noqa: E402
+from logitjudge.models import load_model  # noqa: E402
+from logitjudge.scoring import distribution  # noqa: E402
+
+
+def median_time(fn, repeats: int):
+    fn()  # warm-up
+    times, out = [], None
+    for _ in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def max_prob_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max(float(np.abs(distribution(x)[0] - distribution(y)[0]).max()) for x, y in zip(a, b))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="gemma-3-270m")
+    ap.add_argument("--workloads", default="1x350,8x350")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--token-budget", type=int, default=4096)
+    ap.add_argument("--out", default="benchmarks/results/engine.json")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lm = load_model(args.model, dtype=args.dtype, device=args.device)
+    engine = Engine(lm, token_budget=args.token_budget)
+    report = {"model": args.model, "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(),
+              "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "workloads": []}
+    print(f"# engine benchmark: {args.model} {args.dtype} on {args.device}, {torch.get_num_threads()} threads")
+    for name in args.workloads.split(","):
+        wl = workloads.build(name, lm)
+        peers = {
+            "(a) full forward per prompt": lambda: [plain_prompt_logprobs(lm.model, g) for g in wl.groups],
+            "(b) batched, no prefix sharing": lambda: [batched_prompt_logprobs(lm.model, g) for g in wl.groups],
+            "(c) logitjudge engine": lambda: engine.prompt_logprobs(wl.groups),
+        }
+        tokens = {"(a) full forward per prompt": wl.plain_tokens,
+                  "(b) batched, no prefix sharing": wl.padded_tokens(16) if wl.single_token else None}
+        rows, ref = [], None
+        for peer, fn in peers.items():
+            if peer.startswith("(b)") and not wl.single_token:
+                rows.append({"peer": peer, "seconds": None, "note": "needs single-token labels"})
+                continue
+            before = dict(engine.stats)
+            secs, out = median_time(fn, args.repeats)
+            flat = [x for g in out for x in g]
+            ref = flat if ref is None else ref
+            tok = tokens.get(peer)
+            if tok is None:  # the engine: tokens it ran, per repeat
+                tok = (engine.stats["tokens"] - before["tokens"]) // (args.repeats + 1)
+            rows.append({"peer": peer, "seconds": secs, "tokens": tok, "tokens_per_s": tok / secs,
+                         "max_abs_prob_diff_vs_a": max_prob_diff(flat, ref)})
+        eng_s = rows[-1]["seconds"]
+        for r in rows:
+            r["x_slower_than_engine"] = None if r["seconds"] is None else r["seconds"] / eng_s
+        report["workloads"].append({"workload": wl.summary(), "rows": rows})
+        print(f"\n## {name}: {len(wl.items)} text(s) of ~{int(np.mean(wl.text_tokens))} tokens, "
+              f"{len(wl.orderings)} orderings, {wl.rubric.n_options} options ({wl.source})\n")
+        print("| peer | seconds | tokens | tokens/s | × engine time | max |Δp| vs (a) |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            if r["seconds"] is None:
+                print(f"| {r['peer']} | n/a | | | | {r['note']} |")
+                continue
+            print(f"| {r['peer']} | {r['seconds']:.2f} | {r['tokens']:,} | {r['tokens_per_s']:,.0f} | "
+                  f"{r['x_slower_than_engine']:.1f}× | {r['max_abs_prob_diff_vs_a']:.1e} |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Peak memory of scoring 80 orderings of one ~2,000-token text: shared prefix (held once) vs a copied cache.
+
+Each mode runs in its own process; a sampler thread reads VmRSS from /proc every 5 ms, and the peak during
+scoring minus the resident size just before it is reported (the model's weights are excluded).
+
+    .venv/bin/python benchmarks/memory.py [--orderings 80] [--tokens 2000] [--out benchmarks/results/memory.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def worker(mode: str, n_orderings: int, n_tokens: int, budget: int) -> dict:
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import workloads
+
+    from logitjudge.engine import Engine
+    from logitjudge.models import load_model
+    from logitjudge.orderings import random
+    from logitjudge.rubric import builtin_rubric
+    from logitjudge.scoring import score
+
+    torch.set_num_threads(2)
+    lm = load_model("gemma-3-270m")
+    item = workloads.make_texts(lm.tokenizer, 1, n_tokens, "hanna")[0][0]
+    engine = Engine(lm, prefix_mode=mode, token_budget=budget)
+    orders = random(5, n_orderings, rng=0)
+    base = rss_bytes()
+    peak = [base]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], rss_bytes())
+            time.sleep(0.005)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    t0 = time.perf_counter()
+    table = score(lm, [item], builtin_rubric("default"), orders, engine=engine, progress=False)
+    secs = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    return {"mode": mode, "peak_extra_mib": (peak[0] - base) / 2 ** 20, "seconds": secs,
+            "prompt_tokens": int(table.meta["engine_stats"]["tokens"]), "probs": table.probs.tolist()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--orderings", type=int, default=80)
+    ap.add_argument("--tokens", type=int, default=2000)
+    ap.add_argument("--token-budget", type=int, default=8192, help="rows x tokens per batch (all 80 rows at once)")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default="benchmarks/results/memory.json")
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.orderings, args.tokens, args.token_budget)))
+        return 0
+    rows = []
+    for mode in ("shared", "copy"):
+        cmd = [sys.executable, __file__, "--worker", mode, "--orderings", str(args.orderings), "--tokens",
+               str(args.tokens), "--token-budget", str(args.token_budget)]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    import numpy as np
+
+    diff = float(np.abs(np.array(rows[0].pop("probs")) - np.array(rows[1].pop("probs"))).max())
+    ratio = rows[0]["peak_extra_mib"] / rows[1]["peak_extra_mib"]
+    print(f"# peak memory, 1 text of ~{args.tokens} tokens x {args.orderings} orderings, gemma-3-270m fp32, CPU\n")
+    print("| prefix mode | peak extra RSS (MiB) | seconds |")
+    print("|---|---|---|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['peak_extra_mib']:.0f} | {r['seconds']:.1f} |")
+    print(f"\nshared / copy peak ratio: {ratio:.2f} (target <= 0.5); max |Δp| between modes: {diff:.1e}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"orderings": args.orderings, "tokens": args.tokens, "rows": rows,
+                               "ratio": ratio, "max_abs_prob_diff": diff}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
