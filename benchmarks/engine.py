@@ -68,10 +68,11 @@ def main(argv=None) -> int:
     print(f"# engine benchmark: {args.model} {args.dtype} on {args.device}, {torch.get_num_threads()} threads")
     for name in args.workloads.split(","):
         wl = workloads.build(name, lm)
+        groups = wl.groups
         peers = {
-            "(a) full forward per prompt": lambda: [plain_prompt_logprobs(lm.model, g) for g in wl.groups],
-            "(b) batched, no prefix sharing": lambda: [batched_prompt_logprobs(lm.model, g) for g in wl.groups],
-            "(c) logitjudge engine": lambda: engine.prompt_logprobs(wl.groups),
+            "(a) full forward per prompt": lambda g=groups: [plain_prompt_logprobs(lm.model, x) for x in g],
+            "(b) batched, no prefix sharing": lambda g=groups: [batched_prompt_logprobs(lm.model, x) for x in g],
+            "(c) logitjudge engine": lambda g=groups: engine.prompt_logprobs(g),
         }
         tokens = {"(a) full forward per prompt": wl.plain_tokens,
                   "(b) batched, no prefix sharing": wl.padded_tokens(16) if wl.single_token else None}
