@@ -7,13 +7,13 @@ each section it could not compute and why (no human scores, a single criterion, 
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 from . import stats as st
+from .jsonl import iter_jsonl
 from .stats._result import BALANCED, FIXED, AlignmentError, StatsError, jsonable
 from .table import ScoreTable
 
@@ -41,40 +41,31 @@ def read_human_scores(path, *, group_by: str | None = None) -> tuple[dict, dict 
     if not p.exists():
         raise HumanScoresError(f"human-score file {p} does not exist")
     human, groups = {}, {}
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{p}:{n}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise HumanScoresError(f"{where}: not valid JSON ({e}); use one JSON object per line"
-                                       ) from None
-            if not isinstance(d, dict) or "id" not in d:
-                raise HumanScoresError(f"{where}: each line must be a JSON object with an 'id' field")
-            iid = str(d["id"])
-            if iid in human:
-                raise HumanScoresError(f"{where}: duplicate id {iid!r}; give each item one line")
-            gkey = group_by or "group"
-            if group_by is not None and gkey not in d:
-                raise HumanScoresError(f"{where} (id {iid!r}): no field {group_by!r} to group by; fields are "
-                                       f"{sorted(d)}")
-            if gkey in d and d[gkey] is not None:
-                groups[iid] = str(d[gkey])
-            if "human" in d:
-                scores = d["human"]
-                if not isinstance(scores, dict):
-                    raise HumanScoresError(f"{where} (id {iid!r}): 'human' must be an object "
-                                           "criterion -> score")
-                bad = [k for k, v in scores.items() if v is not None and not _is_number(v)]
-                if bad:
-                    raise HumanScoresError(f"{where} (id {iid!r}): human scores {bad} are not numbers")
-                scores = {str(k): float(v) for k, v in scores.items() if v is not None}
-            else:
-                skip = RESERVED | {gkey}
-                scores = {str(k): float(v) for k, v in d.items() if k not in skip and _is_number(v)}
-            human[iid] = scores
+    for where, d in iter_jsonl(p, error=HumanScoresError, expect="use one JSON object per line with an 'id'"):
+        if "id" not in d:
+            raise HumanScoresError(f"{where}: each line must be a JSON object with an 'id' field")
+        iid = str(d["id"])
+        if iid in human:
+            raise HumanScoresError(f"{where}: duplicate id {iid!r}; give each item one line")
+        gkey = group_by or "group"
+        if group_by is not None and gkey not in d:
+            raise HumanScoresError(f"{where} (id {iid!r}): no field {group_by!r} to group by; fields are "
+                                   f"{sorted(d)}")
+        if gkey in d and d[gkey] is not None:
+            groups[iid] = str(d[gkey])
+        if "human" in d:
+            scores = d["human"]
+            if not isinstance(scores, dict):
+                raise HumanScoresError(f"{where} (id {iid!r}): 'human' must be an object "
+                                       "criterion -> score")
+            bad = [k for k, v in scores.items() if v is not None and not _is_number(v)]
+            if bad:
+                raise HumanScoresError(f"{where} (id {iid!r}): human scores {bad} are not numbers")
+            scores = {str(k): float(v) for k, v in scores.items() if v is not None}
+        else:
+            skip = RESERVED | {gkey}
+            scores = {str(k): float(v) for k, v in d.items() if k not in skip and _is_number(v)}
+        human[iid] = scores
     if not any(human.values()):
         raise HumanScoresError(f"{p} has no human scores: give each line a 'human' object or numeric "
                                "criterion fields")

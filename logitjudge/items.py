@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .jsonl import iter_jsonl
+
 
 class ItemError(ValueError):
     pass
@@ -56,19 +58,12 @@ def read_items(path: str | Path) -> list[Item]:
     if not p.exists():
         raise ItemError(f"texts file {p} does not exist")
     items, seen = [], set()
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ItemError(f"{p}:{n}: not valid JSON ({e}); the file must be JSONL, one object per line") from None
-            it = item_from_dict(d, where=f"{p}:{n}")
-            if it.id in seen:
-                raise ItemError(f"{p}:{n}: duplicate id {it.id!r}; ids must be unique")
-            seen.add(it.id)
-            items.append(it)
+    for where, d in iter_jsonl(p, error=ItemError, expect="the file must be JSONL, one object per line"):
+        it = item_from_dict(d, where=where)
+        if it.id in seen:
+            raise ItemError(f"{where}: duplicate id {it.id!r}; ids must be unique")
+        seen.add(it.id)
+        items.append(it)
     if not items:
         raise ItemError(f"texts file {p} has no items")
     return items

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..items import Item
+from ..jsonl import iter_jsonl
 from ..rubric import Rubric
 
 
@@ -103,21 +104,11 @@ def read_jsonl(path: str | Path, fields: Sequence[str], origin: Origin) -> list[
     p = require_file(Path(path), "JSONL", fields, origin)
     rows: list[Row] = []
     expect = f"each line must be a JSON object with fields [{_fields(fields)}]"
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{p}:{n}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e}); {expect}. {origin.hint()}") from None
-            if not isinstance(rec, dict):
-                raise DataError(f"{where}: got a JSON {type(rec).__name__}; {expect}. {origin.hint()}")
-            missing = [k for k in fields if k not in rec]
-            if missing:
-                raise DataError(f"{where}: missing field(s) [{_fields(missing)}]; {expect}. {origin.hint()}")
-            rows.append((where, rec))
+    for where, rec in iter_jsonl(p, error=DataError, expect=expect, hint=origin.hint()):
+        missing = [k for k in fields if k not in rec]
+        if missing:
+            raise DataError(f"{where}: missing field(s) [{_fields(missing)}]; {expect}. {origin.hint()}")
+        rows.append((where, rec))
     if not rows:
         raise DataError(f"{origin.name} file {p} has no records; {expect}. {origin.hint()}")
     return rows
