@@ -1,0 +1,372 @@
+"""Paper-style reproduction on a small judge: the study's findings side by side with the numbers we get.
+
+Runs four experiments (each a :mod:`logitjudge.experiment` spec, with its own report folder):
+
+* ``hanna``: HANNA stories, 2 criteria, balanced orderings -> chi-square / Cramér's V, direction, human
+  correlation and budget curves (gain at K=3 / K=5, BALANCED vs RANDOM at equal K);
+* ``summeval``: SummEval summaries, the same measurements;
+* ``mt_bench``: MT-Bench turn-1 answers of several models, bracketed template, 1-10 rubric -> position bias and
+  the top-1 flip rate among the answers to a question;
+* ``hanna_multi``: 3 HANNA criteria in one prompt, criteria order permuted -> criterion-position spread.
+
+The subsets are sized from an estimate: the exact number of tokens the engine runs for a probe of each data set
+(the token trie of its prompts, counted without a forward pass) times the number of groups, at the engine's
+throughput measured on this machine first (a few seconds; or ``--tokens-per-s``), to fit ``--minutes``
+(default 25) in total; each study has a minimum size, so a very slow machine can run over. ``--quick`` is a
+smoke version of a few minutes at most: one small group per data set, 4 random orderings on MT-Bench.
+
+    python benchmarks/reproduce.py [--quick] [--minutes 25] [--threads auto] [--data-dir ../shared/data]
+
+Writes ``benchmarks/results/reproduce.json`` (``reproduce_quick.json`` with --quick) and prints a Markdown
+table. Reports and score tables go to ``benchmarks/results/reproduce[_quick]/<study>/``; a rerun reuses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from logitjudge.experiment import prepare, run_experiment
+from logitjudge.stats import jsonable
+
+ROOT = Path(__file__).resolve().parent
+MT_MODELS = ["alpaca-13b", "claude-v1", "gpt-3.5-turbo", "gpt-4", "llama-13b", "vicuna-13b-v1.3"]
+STUDY = {  # the study's findings (study summary), quoted next to ours
+    "significance": "significant for every judge",
+    "direction": "model-specific: first-position for some judges, last-position for Gemma-3-27B and Qwen3.5-27B",
+    "criterion_spread": "criteria position moves scores by up to 0.80 points",
+    "gain3": "about 2/3 of the gain at K=3",
+    "gain5": "85% of the gain at K=5",
+    "balanced_vs_random": "BALANCED no better than RANDOM at sufficient K (K=10)",
+    "flip": "top-1 candidate flips in 16%-39% of prompts",
+    "human": "(context for the gains; no single number in the summary)",
+}
+
+
+def study_specs(quick: bool, model: str, out: Path, n_boot: int) -> dict[str, dict]:
+    """Specs of the four studies. ``_whole``: items per group in the data set (``limit`` counts whole groups);
+    ``_size`` / ``_min_size``: items scored per group by default / at least (fewer than ``_whole`` trims each
+    group with ``per_group`` when even the fewest groups do not fit); ``_groups``: (min, max) groups;
+    ``_share``: the study's share of the time budget. The quick run has fixed small sizes."""
+    analysis = {"n_boot": n_boot, "seed": 0, "n_draws": 30 if quick else 100}
+    common = {"model": {"id": model}, "orderings": {"options": "balanced", "seed": 0}, "analysis": analysis}
+    models = MT_MODELS[2:5] if quick else MT_MODELS
+    multi_c = ["Coherence", "Relevance", "Empathy"][:2 if quick else 3]
+    specs = {
+        "hanna": {"data": {"name": "hanna", "criteria": ["Coherence", "Relevance"][:1 if quick else 2]},
+                  "prompts": {"template": "text-first"}, "_whole": 11, "_groups": (1, 1 if quick else 8),
+                  "_size": 5 if quick else 11, "_min_size": 5, "_share": 0.3},
+        "summeval": {"data": {"name": "summeval", "criteria": ["coherence", "relevance"][:1 if quick else 2]},
+                     "prompts": {"template": "text-first"}, "_whole": 16, "_groups": (1, 1 if quick else 6),
+                     "_size": 4 if quick else 16, "_min_size": 4 if quick else 6, "_share": 0.3},
+        # balanced orders of 10 options are 20 prompts per answer; the quick run draws 4 random ones
+        "mt_bench": {"data": {"name": "mt_bench", "options": {"models": models, "turn": 1}},
+                     "prompts": {"template": "bracketed"},
+                     "orderings": {"options": "random:4" if quick else "balanced", "seed": 0},
+                     "_whole": len(models), "_groups": (2, 2 if quick else 16), "_size": len(models),
+                     "_min_size": 3, "_share": 0.3},
+        "hanna_multi": {"data": {"name": "hanna", "criteria": multi_c},
+                        "prompts": {"multi_criteria": True, "slots": "greedy"},
+                        "orderings": {"options": "fixed:1" if quick else "random:2", "criteria": "balanced",
+                                      "seed": 0},
+                        "_whole": 11, "_groups": (1, 1 if quick else 2), "_size": 4 if quick else 11,
+                        "_min_size": 4, "_share": 0.1},
+    }
+    out_specs = {}
+    for name, s in specs.items():
+        spec = {**common, **{k: v for k, v in s.items() if not k.startswith("_")}}
+        spec.update(name=f"reproduce-{name}", out=str(out / name))
+        spec["data"] = {**spec["data"], "seed": 0}
+        out_specs[name] = {"spec": spec, **{k: v for k, v in s.items() if k.startswith("_")}}
+    return out_specs
+
+
+def pick_threads(lm, candidates) -> int:
+    """The torch thread count with the fastest plain forward of 256 tokens now: on a machine shared with other
+    jobs, 2 OpenMP threads on 2 cores can run many times slower than 1 (threads wait for a busy core)."""
+    import torch
+
+    x = torch.randint(10, 1000, (1, 256), device=next(lm.model.parameters()).device)
+    best, best_t = candidates[0], float("inf")
+    with torch.inference_mode():
+        for n in candidates:
+            torch.set_num_threads(n)
+            lm.model(input_ids=x[:, :16])  # warm-up
+            t0 = time.perf_counter()
+            lm.model(input_ids=x)
+            dt = time.perf_counter() - t0
+            if dt < best_t:
+                best, best_t = n, dt
+    torch.set_num_threads(best)
+    return best
+
+
+def measure_tokens_per_s(lm, exp) -> float:
+    """Engine throughput on this machine: every ordering of one criterion of the probe's shortest item."""
+    from logitjudge.engine import Engine
+    from logitjudge.scoring import item_prompts
+
+    rubric = exp.rubric.subset([exp.rubric.criteria[0].name])
+    item = min(exp.items, key=lambda it: len(it.text) + len(it.context))
+    prompts = item_prompts(lm, rubric, item, exp.option_orders, exp.template)
+    engine = Engine(lm, token_budget=exp.spec["model"]["token_budget"])
+    t0 = time.perf_counter()
+    engine.prompt_logprobs([prompts])
+    return engine.stats["tokens"] / (time.perf_counter() - t0)
+
+
+def item_tokens(lm, exp) -> float:
+    """Mean tokens per item the engine runs (token trie of the item's prompts, labels included)."""
+    from logitjudge import trie
+    from logitjudge.engine import prompt_job
+
+    counts = []
+    for it in exp.items:
+        if exp.spec["prompts"]["multi_criteria"]:
+            from logitjudge.multi import encode_slot
+
+            eps = [encode_slot(lm, exp.template, exp.rubric, it, oo, co, [])
+                   for oo, co in zip(exp.option_orders, exp.criterion_orders)]
+            later = len(eps) * (exp.rubric.n_criteria - 1) * 12  # each later slot: answer + next slot prefix
+        else:
+            from logitjudge.scoring import item_prompts
+
+            eps, later = item_prompts(lm, exp.rubric, it, exp.option_orders, exp.template), 0
+        job = prompt_job(eps)
+        counts.append(trie.count_tokens(trie.build(job.sequences, job.reads)) + later)
+    return float(np.mean(counts))
+
+
+def probe(lm, studies: dict, data_dir) -> tuple[dict, dict]:
+    """Per study: the probe experiment (its first two groups) and its mean tokens per item."""
+    probes, per_item = {}, {}
+    for name, st in studies.items():
+        spec = dict(st["spec"], data={**st["spec"]["data"], "limit": st["_whole"] * min(2, st["_groups"][1])})
+        probes[name] = prepare(spec, data_dir=data_dir)
+        per_item[name] = item_tokens(lm, probes[name])
+    return probes, per_item
+
+
+def size(studies: dict, names: list[str], per_item: dict, seconds: float, tps: float) -> list[dict]:
+    """Set ``limit`` (and ``per_group``) of the named studies so that they share ``seconds`` at ``tps``."""
+    budget_tokens = max(seconds, 0.0) * tps
+    total_share = sum(studies[n]["_share"] for n in names)
+    rows = []
+    for name in names:
+        st = studies[name]
+        lo, hi = st["_groups"]
+        share = st["_share"] / total_share * budget_tokens
+        per_group = st["_size"]
+        groups = int(min(hi, max(lo, math.floor(share / (per_item[name] * per_group)))))
+        if groups == lo and lo * per_group * per_item[name] > share:  # trim the groups to fit
+            per_group = int(max(st["_min_size"], min(per_group, math.floor(share / (lo * per_item[name])))))
+        data = st["spec"]["data"]
+        data["limit"] = groups * st["_whole"]
+        data.pop("per_group", None)
+        if per_group < st["_whole"]:
+            data["per_group"] = per_group
+        st["_n_items"] = groups * per_group
+        tokens = per_item[name] * st["_n_items"]
+        rows.append({"study": name, "groups": groups, "items": st["_n_items"],
+                     "tokens_per_item": round(per_item[name]), "est_tokens": round(tokens),
+                     "est_minutes": round(tokens / tps / 60, 1)})
+    return rows
+
+
+def _print_plan(rows: list[dict]) -> None:
+    for r in rows:
+        print(f"  {r['study']:<12} {r['items']:>4} items in {r['groups']:>2} groups, {r['tokens_per_item']:>6} "
+              f"tokens/item, ~{r['est_minutes']:.1f} min")
+
+
+# ---- numbers from an analysis ------------------------------------------------------------------------------
+def extract(res: dict) -> dict:
+    """The numbers the findings table needs, per criterion."""
+    out = {"verdict": res["verdict"], "position": {}, "budget": {}, "alignment": {}, "flips": {},
+           "criterion_spread": None, "skipped": res.get("skipped", {})}
+    for c, pos in (res.get("position") or {}).items():
+        chi = (pos or {}).get("chi_square")
+        if chi:
+            out["position"][c] = {k: chi[k] for k in ("statistic", "pvalue", "dof", "cramers_v", "cramers_v_ci_low",
+                                                      "cramers_v_ci_high", "label", "alpha")}
+    for c, b in (res.get("budget") or {}).items():
+        if b:
+            ks = b["ks"]
+            at = {f"K={k}": {s: b["curves"][s][k - 1] for s in b["curves"]} for k in (1, 3, 5, ks[-1]) if k <= len(ks)}
+            out["budget"][c] = {"gain_at": b["gain_at"], "r_at": at, "k_max": ks[-1],
+                                "balanced_minus_random": b["balanced_minus_random"],
+                                "variance_share": b["variance_share"]}
+    method = res["settings"]["method"]
+    for c, al in (res.get("alignment") or {}).items():
+        if al:
+            out["alignment"][c] = {s: v[method]["statistic"] for s, v in al["item"].items()}
+    for c, r in (res.get("rank_stability") or {}).items():
+        if r:
+            s = r["stability"]
+            out["flips"][c] = {k: s[k] for k in ("flip_rate", "flip_rate_ci_low", "flip_rate_ci_high",
+                                                 "flip_rate_vs_canonical", "n_groups_used")}
+    cp = res.get("criterion_position")
+    if cp:
+        out["criterion_spread"] = {c: {"spread": s, "ci_low": lo, "ci_high": hi}
+                                   for c, s, lo, hi in zip(res["table"]["criteria"], cp["spread"],
+                                                           cp["spread_ci_low"], cp["spread_ci_high"])}
+    return out
+
+
+def _f(x, fmt="{:.2f}") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+
+
+def findings(studies: dict) -> list[dict]:
+    """Rows: finding, the study's claim, ours."""
+    def each(key, only=("hanna", "summeval", "mt_bench")):
+        """(study, criterion, numbers) of the studies designed for this finding (the multi-criteria run has
+        its own design: few option orders, crossed with criteria orders)."""
+        return [(s, c, v) for s in only if (studies.get(s) or {}).get("numbers")
+                for c, v in (studies[s]["numbers"][key] or {}).items()]
+
+    rows = []
+    pos = each("position")
+    sig = [f"{s}/{c}: χ²={_f(v['statistic'], '{:.1f}')} (p={_f(v['pvalue'], '{:.2g}')})" for s, c, v in pos]
+    n_sig = sum(v["pvalue"] is not None and v["pvalue"] < v["alpha"] for _, _, v in pos)
+    rows.append(("Position bias significant (χ² on argmax positions)", STUDY["significance"],
+                 f"{n_sig} of {len(pos)} criteria significant; " + "; ".join(sig)))
+    rows.append(("Effect size (Cramér's V, 95% CI)", "per judge in the paper",
+                 "; ".join(f"{s}/{c}: {_f(v['cramers_v'])} [{_f(v['cramers_v_ci_low'])}, "
+                           f"{_f(v['cramers_v_ci_high'])}]" for s, c, v in pos)))
+    rows.append(("Direction of the bias", STUDY["direction"],
+                 "; ".join(f"{s}/{c}: {v['label']}" for s, c, v in pos)))
+    spreads = each("criterion_spread", only=("hanna_multi",))
+    if spreads:
+        top = max(spreads, key=lambda r: -1 if r[2]["spread"] is None else r[2]["spread"])
+        ours = (f"up to {_f(top[2]['spread'])} points [{_f(top[2]['ci_low'])}, {_f(top[2]['ci_high'])}] "
+                f"({top[0]}/{top[1]}); " + "; ".join(f"{c}: {_f(v['spread'])}" for _, c, v in spreads))
+    else:
+        why = studies.get("hanna_multi", {}).get("skipped_reason") or (
+            (studies.get("hanna_multi", {}).get("numbers") or {}).get("skipped", {}).get("criterion_position"))
+        ours = f"skipped: {why or 'no multi-criteria run'}"
+    rows.append(("Criterion position moves scores", STUDY["criterion_spread"], ours))
+    budget = each("budget", only=("hanna", "summeval"))
+    for k, key in ((3, "gain3"), (5, "gain5")):
+        parts = []
+        for strat in ("random", "balanced"):
+            vals = [v["gain_at"].get(strat, {}).get(f"K={k}") for _, _, v in budget]
+            vals = [x for x in vals if x is not None]
+            if vals:
+                parts.append(f"{strat.upper()} mean {np.mean(vals):.0%} (range {min(vals):.0%}-{max(vals):.0%}, "
+                             f"{len(vals)} criteria)")
+        rows.append((f"Share of the full gain at K={k}", STUDY[key], "; ".join(parts) or "n/a"))
+    bvr = []
+    for s, c, v in budget:
+        d = v["balanced_minus_random"]
+        if d:
+            bvr.append(f"{s}/{c}: Δr(K=3)={_f(d[2] if len(d) > 2 else None, '{:+.3f}')}, "
+                       f"Δr(K={v['k_max']})={_f(d[-1], '{:+.3f}')}")
+    rows.append(("BALANCED minus RANDOM at equal K (human r)", STUDY["balanced_vs_random"], "; ".join(bvr) or "n/a"))
+    flips = each("flips", only=("mt_bench", "hanna", "summeval"))
+    rows.append(("Top-1 flip rate between orderings", STUDY["flip"],
+                 "; ".join(f"{s}/{c}: {_f(v['flip_rate'], '{:.0%}')} [{_f(v['flip_rate_ci_low'], '{:.0%}')}, "
+                           f"{_f(v['flip_rate_ci_high'], '{:.0%}')}] over {v['n_groups_used']} groups"
+                           for s, c, v in flips) or "n/a"))
+    al = each("alignment", only=("hanna", "summeval"))
+    rows.append(("Human correlation (item level, FIXED / RANDOM / BALANCED)", STUDY["human"],
+                 "; ".join(f"{s}/{c}: " + " / ".join(_f(v.get(k)) for k in ("fixed", "random", "balanced"))
+                           for s, c, v in al) or "n/a"))
+    return [{"finding": a, "study": b, "ours": c} for a, b, c in rows]
+
+
+def markdown(rows: list[dict], model: str) -> str:
+    lines = [f"| finding | study | this run ({model}) |", "|---|---|---|"]
+    lines += [f"| {r['finding']} | {r['study']} | {r['ours']} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="~2-minute smoke version")
+    ap.add_argument("--minutes", type=float, default=None, help="time budget (default 25, --quick 2)")
+    ap.add_argument("--tokens-per-s", type=float, default=None,
+                    help="engine throughput for sizing (default: measured on this machine first)")
+    ap.add_argument("--threads", default="auto",
+                    help="torch CPU threads, or auto: the fastest of 1..cores measured first (default)")
+    ap.add_argument("--model", default="gemma-3-270m")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--no-multi", action="store_true", help="skip the multi-criteria study")
+    ap.add_argument("--n-boot", type=int, default=None, help="bootstrap resamples (default 1000, --quick 200)")
+    ap.add_argument("--json", default=None, help="output JSON (default benchmarks/results/reproduce[_quick].json)")
+    args = ap.parse_args(argv)
+    import torch
+
+    from logitjudge.models import load_model
+
+    if args.threads != "auto":
+        torch.set_num_threads(int(args.threads))
+    tag = "reproduce_quick" if args.quick else "reproduce"
+    minutes = args.minutes if args.minutes is not None else (2.0 if args.quick else 25.0)
+    n_boot = args.n_boot if args.n_boot is not None else (200 if args.quick else 1000)
+    out = ROOT / "results" / tag
+    json_path = Path(args.json) if args.json else ROOT / "results" / f"{tag}.json"
+    t_start = time.perf_counter()
+    lm = load_model(args.model)
+    if args.threads == "auto":
+        pick_threads(lm, list(range(1, (os.cpu_count() or 1) + 1)))
+    threads = torch.get_num_threads()
+    studies = study_specs(args.quick, args.model, out, n_boot)
+    record: dict = {"model": args.model, "quick": args.quick, "minutes": minutes, "threads": threads,
+                    "studies": {}}
+    if args.no_multi:
+        studies.pop("hanna_multi")
+        record["studies"]["hanna_multi"] = {"skipped_reason": "--no-multi"}
+    probes, per_item = probe(lm, studies, args.data_dir)
+    tps = args.tokens_per_s or measure_tokens_per_s(lm, next(iter(probes.values())))
+    usable = minutes * 60 * 0.85  # 15% for loading, analysis and reports
+    rows = size(studies, list(studies), per_item, usable - (time.perf_counter() - t_start), tps)
+    record.update(plan=rows, tokens_per_s_planned=tps, tokens_per_s_measured=args.tokens_per_s is None)
+    print(f"plan ({minutes:g} min at {tps:.0f} tokens/s ({'given' if args.tokens_per_s else 'measured'}), "
+          f"{threads} threads):")
+    _print_plan(rows)
+    done_tokens = done_secs = 0.0
+    for i, (name, st) in enumerate(studies.items()):
+        rest = list(studies)[i:]
+        if i and not args.tokens_per_s and done_secs > 0:  # re-plan the rest at the throughput observed so far
+            before = [studies[n]["_n_items"] for n in rest]
+            rows = size(studies, rest, per_item, usable - (time.perf_counter() - t_start), done_tokens / done_secs)
+            if before != [studies[n]["_n_items"] for n in rest]:
+                print(f"\nre-planned at the observed {done_tokens / done_secs:.0f} tokens/s:")
+                _print_plan(rows)
+                record.setdefault("replans", []).append(rows)
+        t0 = time.perf_counter()
+        print(f"\n[{name}] {st['spec']['data']['name']}: {st['_n_items']} items", flush=True)
+        table = Path(st["spec"]["out"]) / "table.npz"
+        stamp = table.stat().st_mtime_ns if table.exists() else None
+        res = run_experiment(st["spec"], data_dir=args.data_dir, lm=lm, progress=sys.stderr.isatty())
+        reused = stamp is not None and table.stat().st_mtime_ns == stamp
+        meta = json.loads((Path(res["report"]) / "results.json").read_text(encoding="utf-8"))["table_meta"]
+        secs, toks = meta["timings"]["score_seconds"], meta["engine_stats"]["tokens"]
+        done_tokens, done_secs = done_tokens + toks, done_secs + secs
+        record["studies"][name] = {"spec": st["spec"], "report": res["report"], "seconds": time.perf_counter() - t0,
+                                   "score_seconds": secs, "tokens": toks, "table_reused": reused,
+                                   "tokens_per_s": toks / secs if secs else None, "numbers": extract(res["results"])}
+        print(f"[{name}] {res['verdict']}")
+        print(f"[{name}] {'reused the scores of an earlier run: ' if reused else ''}scored {toks} tokens in "
+              f"{secs:.0f} s ({toks / max(secs, 1e-9):.0f} tokens/s); report {res['report']}/report.html")
+    record["findings"] = findings(record["studies"])
+    record["total_seconds"] = time.perf_counter() - t_start
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(jsonable(record), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"\n## Findings: the study vs {args.model} ({'quick' if args.quick else 'full'} run, "
+          f"{record['total_seconds'] / 60:.1f} min)\n")
+    print(markdown(record["findings"], args.model))
+    print(f"\nwrote {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
