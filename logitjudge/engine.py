@@ -18,6 +18,8 @@ from . import trie as trie_mod
 from .forward import FORWARDS, PrefixKV, head_params, install_shared_attention, n_layers
 from .prompts import EncodedPrompt
 
+READ_CHUNK_ELEMS = 1 << 27  # 512 MiB of fp32 logits at most
+
 
 class EngineError(RuntimeError):
     pass
@@ -76,6 +78,7 @@ class Engine:
     def run(self, jobs: list[Job]) -> list[JobResult]:
         """Evaluate jobs; jobs without a prefix are batched together at the top level (longest first)."""
         results = [JobResult() for _ in jobs]
+        self._pending: list = []  # read points of every batch, read out together at the end
         tops = []  # (job index, top-level trie nodes)
         for j, job in enumerate(jobs):
             ends = None
@@ -89,7 +92,26 @@ class Engine:
         for j, roots in tops:
             if jobs[j].prefix is not None:
                 self._level([(j, n) for n in roots], jobs[j].prefix, results)
+        self._flush_reads(results)
         return results
+
+    def _flush_reads(self, results: list[JobResult]) -> None:
+        """One read-out for the whole run: the unembedding matrix (V x d) is streamed from memory once."""
+        if not self._pending:
+            return
+        h = torch.cat([p[0] for p in self._pending])  # (R, d)
+        reads = [lst for p in self._pending for lst in p[1]]
+        self._pending = []
+        width = max(len(lst) for lst in reads)
+        toks = torch.zeros((len(reads), width), dtype=torch.long)  # (R, M); unused slots read token 0
+        for r, lst in enumerate(reads):
+            toks[r, :len(lst)] = torch.tensor([t for t, _, _ in lst])
+        lp = self.read(h, toks).double().cpu().numpy()  # (R, M)
+        for r, lst in enumerate(reads):
+            for m, (_, j, ks) in enumerate(lst):
+                self.stats["reads"] += 1
+                for k in ks:
+                    results[j].logprobs[k] = float(lp[r, m])
 
     def _level(self, nodes: list, prefix: PrefixKV, results: list[JobResult]) -> None:
         """Run sibling segments (all after ``prefix``) in right-padded batches, then recurse into children."""
@@ -114,21 +136,18 @@ class Engine:
         for j, n in chunk:
             results[j].tokens += len(n.tokens)
         self.stats["tokens"] += sum(len(n.tokens) for _, n in chunk)
-        # read-out only where a label token is predicted
-        rows, offs, toks, keys = [], [], [], []
+        # read-out only where a label token is predicted; one hidden row per position, all its label tokens
+        rows, offs, reads = [], [], []
         for r, (j, n) in enumerate(chunk):
+            at: dict[int, list] = {}
             for (off, tok), ks in n.reads.items():
+                at.setdefault(off, []).append((tok, j, ks))
+            for off, lst in at.items():
                 rows.append(r)
                 offs.append(off)
-                toks.append(tok)
-                keys.append((j, ks))
+                reads.append(lst)
         if rows:
-            h = hidden[torch.tensor(rows), torch.tensor(offs)]  # (R, d)
-            lp = self.read(h, torch.tensor(toks)).double().cpu().numpy()
-            self.stats["reads"] += len(rows)
-            for (j, ks), v in zip(keys, lp):
-                for k in ks:
-                    results[j].logprobs[k] = float(v)
+            self._pending.append((hidden[torch.tensor(rows), torch.tensor(offs)], reads))  # (R, d)
         for r, (j, n) in enumerate(chunk):
             if n.ends or n.children:
                 ext = prefix.extend(captured, r, len(n.tokens))
@@ -139,12 +158,14 @@ class Engine:
         del hidden, captured
 
     def read(self, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """log p(token) under the full-vocabulary softmax, fp32, for hidden states (R, d)."""
+        """log p(tokens[r, m]) under the full-vocabulary softmax at hidden[r], fp32: (R, d), (R, M) -> (R, M)."""
         h = hidden.float()
         if self._scale != 1.0:
             h = h * self._scale
-        res = label_logprobs(h, self._weight, tokens.view(-1, 1).to(h.device), softcap=self._softcap)
-        return res.label_logprobs[:, 0]
+        # one GEMM over the whole vocabulary while (R, V) stays under READ_CHUNK_ELEMS, else chunked over V
+        chunk = max(8192, min(self._weight.shape[0], READ_CHUNK_ELEMS // max(1, h.shape[0])))
+        res = label_logprobs(h, self._weight, tokens.to(h.device), softcap=self._softcap, chunk=chunk)
+        return res.label_logprobs
 
     # ---- prompts -------------------------------------------------------------------------------------------
     def prompt_logprobs(self, groups: list[list[EncodedPrompt]]) -> list[list[np.ndarray]]:
