@@ -56,7 +56,7 @@ class Engine:
     duplicated tokens.
     """
 
-    def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "shared", min_shared: int = 16):
+    def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "shared", min_shared: int = 0):
         if prefix_mode not in FORWARDS:
             raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {sorted(FORWARDS)}")
         self.lm = lm
@@ -120,9 +120,13 @@ class Engine:
         while start < len(order):
             width = len(nodes[order[start]][1].tokens)
             rows = max(1, self.token_budget // max(width, 1))
-            chunk = [nodes[i] for i in order[start:start + rows]]
-            start += len(chunk)
-            self._batch(chunk, prefix, results)
+            end = start + 1
+            # padded positions cost as much as real ones: a much shorter row starts a new batch
+            while end < len(order) and end - start < rows and \
+                    width - len(nodes[order[end]][1].tokens) <= max(8, width // 4):
+                end += 1
+            self._batch([nodes[i] for i in order[start:end]], prefix, results)
+            start = end
 
     def _batch(self, chunk: list, prefix: PrefixKV, results: list[JobResult]) -> None:
         B = len(chunk)
