@@ -77,7 +77,10 @@ def cmd_score(args) -> int:
         rubric = rubric.subset([c.strip() for c in args.criteria.split(",")])
     items = read_items(args.texts)
     orders = parse(args.orderings, rubric.n_options, seed=args.seed)
-    lm = load_model(args.model, dtype=args.dtype, device=args.device, quantize=args.quantize)
+    from .distributed import current, rank_device
+
+    device = rank_device(args.device, current(args.device))  # under torchrun: one GPU per rank
+    lm = load_model(args.model, dtype=args.dtype, device=device, quantize=args.quantize)
     engine = Engine(lm, token_budget=args.token_budget, prefix_mode=args.prefix_mode)
     if args.multi_criteria:
         from .multi import score_multi

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import distributed
 from .engine import Engine
 from .items import Item
 from .orderings import fixed, validate
@@ -72,8 +73,8 @@ def run_fingerprint(lm, rubric: Rubric, items: list[Item], option_orders, templa
 class Checkpoint:
     """Append-only record of finished items for one run (identified by its fingerprint)."""
 
-    def __init__(self, out: str | Path | None, fingerprint: str):
-        self.path = None if out is None else Path(str(out) + ".partial.jsonl")
+    def __init__(self, out: str | Path | None, fingerprint: str, *, tag: str = ""):
+        self.path = None if out is None else Path(f"{out}{tag}.partial.jsonl")
         self.fingerprint = fingerprint
         self.done: dict[str, dict] = {}
         if self.path is None:
@@ -108,7 +109,7 @@ class Checkpoint:
             self.path.unlink()
 
 
-def _batches(items: list[Item], prompts: dict, budget: int) -> list[list[int]]:
+def _batches(prompts: dict, budget: int) -> list[list[int]]:
     """Indices of items grouped so a batch's top-level tokens stay near the budget; longest first."""
     lengths = {i: max(len(p.prompt_ids) for p in prompts[i]) for i in prompts}
     order = sorted(lengths, key=lambda i: -lengths[i])
@@ -141,20 +142,21 @@ def score(lm, items: list[Item], rubric: Rubric, option_orders=None, *, template
     if len(set(ids)) != len(ids):
         raise ValueError("item ids must be unique")
     engine = engine or Engine(lm)
+    world = distributed.current(lm.device)
     fp = run_fingerprint(lm, rubric, items, option_orders, template, {"mode": "single"})
-    ckpt = Checkpoint(out, fp)
+    ckpt = Checkpoint(out, fp, tag=f".rank{world.rank}" if world.active else "")
     K, C = len(option_orders), rubric.n_criteria
-    todo = [i for i, it in enumerate(items) if it.id not in ckpt.done]
+    todo = [i for i, it in enumerate(items) if world.owns(i) and it.id not in ckpt.done]
     t0 = time.perf_counter()
-    bar = _progress(len(items), len(items) - len(todo), progress)
-    tokens = 0
+    mine = sum(world.owns(i) for i in range(len(items)))
+    bar = _progress(mine, mine - len(todo), progress and world.rank == 0)
     pending = list(todo)
     while pending:
         # encode lazily in windows so that huge data sets do not hold every prompt in memory
         window = pending[:64]
         pending = pending[64:]
         prompts = {i: item_prompts(lm, rubric, items[i], option_orders, template) for i in window}
-        for batch in _batches([items[i] for i in window], prompts, engine.token_budget):
+        for batch in _batches(prompts, engine.token_budget):
             lps = engine.prompt_logprobs([prompts[i] for i in batch])
             for i, item_lps in zip(batch, lps):
                 probs = np.zeros((C, K, n))
@@ -162,18 +164,20 @@ def score(lm, items: list[Item], rubric: Rubric, option_orders=None, *, template
                 for p, lp in enumerate(item_lps):
                     probs[p // K, p % K], mass[p // K, p % K] = distribution(lp)
                 ckpt.add(items[i].id, probs, mass)
-                tokens += sum(len(p.prompt_ids) + len(c) for p in prompts[i] for c in p.continuation_ids)
                 bar.update(1)
     bar.close()
     elapsed = time.perf_counter() - t0
-    probs = np.stack([np.asarray(ckpt.done[it.id]["probs"]) for it in items])
-    mass = np.stack([np.asarray(ckpt.done[it.id]["label_mass"]) for it in items])
+    done = distributed.gather_records(ckpt.done, world)
+    probs = np.stack([np.asarray(done[it.id]["probs"]) for it in items])
+    mass = np.stack([np.asarray(done[it.id]["label_mass"]) for it in items])
     table = ScoreTable(probs, mass, option_orders, np.tile(np.arange(C), (K, 1)),
                        np.array([c.values for c in rubric.criteria]), ids, [c.name for c in rubric.criteria],
                        [it.group for it in items] if any(it.group for it in items) else None,
-                       run_meta(lm, rubric, template, engine, elapsed, meta))
+                       run_meta(lm, rubric, template, engine, elapsed, {"world_size": world.size, **(meta or {})}))
     if out is not None:
-        table.save(out)
+        if world.rank == 0:
+            table.save(out)
+        distributed.barrier(world)
         ckpt.finish()
     return table
 
