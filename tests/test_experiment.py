@@ -96,6 +96,11 @@ def _json(path):
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+# Ratios of two small differences (RANDOM-FIXED over BALANCED-FIXED) amplify the last bits of the
+# probabilities on a 3-item toy table; they are compared to 1e-2 relative.
+ILL_CONDITIONED = {"variance_share"}
+
+
 def _close(a, b, path="") -> None:
     """Nested JSON values equal, floats to ~1e-5 (a resumed run scores its items in other batches, which moves
     the last bits of the probabilities)."""
@@ -108,7 +113,8 @@ def _close(a, b, path="") -> None:
         for i, (x, y) in enumerate(zip(a, b)):
             _close(x, y, f"{path}[{i}]")
     elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5), f"{path}: {a} != {b}"
+        rel = 1e-2 if path.rsplit(".", 1)[-1] in ILL_CONDITIONED else 1e-4
+        assert math.isclose(a, b, rel_tol=rel, abs_tol=1e-5), f"{path}: {a} != {b}"
     else:
         assert a == b, path
 
