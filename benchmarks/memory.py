@@ -1,7 +1,10 @@
 """Peak memory of scoring 80 orderings of one ~2,000-token text: shared prefix (held once) vs a copied cache.
 
 Each mode runs in its own process; a sampler thread reads VmRSS from /proc every 5 ms, and the peak during
-scoring minus the resident size just before it is reported (the model's weights are excluded).
+scoring minus the resident size just before it is reported (the model's weights are excluded). By default the
+trie's sharing below the item's prefix is off (``--min-shared 100000``), so all orderings are sibling rows of
+one prefix, as in a plain batched run: that is where a per-row copy of the prefix costs the most. With the
+trie on (``--min-shared 0``) sibling groups are small and the copied path costs less.
 
     .venv/bin/python benchmarks/memory.py [--orderings 80] [--tokens 2000] [--out benchmarks/results/memory.json]
 """
@@ -27,7 +30,7 @@ def rss_bytes() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def worker(mode: str, n_orderings: int, n_tokens: int, budget: int) -> dict:
+def worker(mode: str, n_orderings: int, n_tokens: int, budget: int, min_shared: int) -> dict:
     import torch
 
     sys.path.insert(0, str(HERE))
@@ -42,7 +45,7 @@ def worker(mode: str, n_orderings: int, n_tokens: int, budget: int) -> dict:
     torch.set_num_threads(2)
     lm = load_model("gemma-3-270m")
     item = workloads.make_texts(lm.tokenizer, 1, n_tokens, "hanna")[0][0]
-    engine = Engine(lm, prefix_mode=mode, token_budget=budget)
+    engine = Engine(lm, prefix_mode=mode, token_budget=budget, min_shared=min_shared)
     orders = random(5, n_orderings, rng=0)
     base = rss_bytes()
     peak = [base]
@@ -68,24 +71,26 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--orderings", type=int, default=80)
     ap.add_argument("--tokens", type=int, default=2000)
-    ap.add_argument("--token-budget", type=int, default=8192, help="rows x tokens per batch (all 80 rows at once)")
+    ap.add_argument("--token-budget", type=int, default=4096, help="rows x tokens per batch")
+    ap.add_argument("--min-shared", type=int, default=100000, help="Engine(min_shared=...); 0 = full trie")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default="benchmarks/results/memory.json")
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.orderings, args.tokens, args.token_budget)))
+        print(json.dumps(worker(args.worker, args.orderings, args.tokens, args.token_budget, args.min_shared)))
         return 0
     rows = []
     for mode in ("shared", "copy"):
         cmd = [sys.executable, __file__, "--worker", mode, "--orderings", str(args.orderings), "--tokens",
-               str(args.tokens), "--token-budget", str(args.token_budget)]
+               str(args.tokens), "--token-budget", str(args.token_budget), "--min-shared", str(args.min_shared)]
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
     import numpy as np
 
     diff = float(np.abs(np.array(rows[0].pop("probs")) - np.array(rows[1].pop("probs"))).max())
     ratio = rows[0]["peak_extra_mib"] / rows[1]["peak_extra_mib"]
-    print(f"# peak memory, 1 text of ~{args.tokens} tokens x {args.orderings} orderings, gemma-3-270m fp32, CPU\n")
+    print(f"# peak memory, 1 text of ~{args.tokens} tokens x {args.orderings} orderings, gemma-3-270m fp32, CPU, "
+          f"min_shared={args.min_shared}, token budget {args.token_budget}\n")
     print("| prefix mode | peak extra RSS (MiB) | seconds |")
     print("|---|---|---|")
     for r in rows:
@@ -93,7 +98,8 @@ def main(argv=None) -> int:
     print(f"\nshared / copy peak ratio: {ratio:.2f} (target <= 0.5); max |Δp| between modes: {diff:.1e}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"orderings": args.orderings, "tokens": args.tokens, "rows": rows,
+    out.write_text(json.dumps({"orderings": args.orderings, "tokens": args.tokens, "min_shared": args.min_shared,
+                               "token_budget": args.token_budget, "rows": rows,
                                "ratio": ratio, "max_abs_prob_diff": diff}, indent=2))
     print(f"wrote {out}")
     return 0
