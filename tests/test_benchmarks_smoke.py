@@ -1,0 +1,73 @@
+"""Smoke test of the benchmark workload builders (benchmarks/workloads.py) on the tiny model: documented token
+counts, prompt shapes and the token accounting the peers benchmark relies on. No timing."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from logitjudge.engine import Engine
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def workloads():
+    spec = importlib.util.spec_from_file_location("benchmarks_workloads", ROOT / "benchmarks" / "workloads.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop(spec.name, None)
+
+
+@pytest.mark.parametrize("name", ["1x350", "8x350", "1x2000", "mtbench"])
+def test_workload_counts(workloads, tiny_lm, name):
+    spec = workloads.SPECS[name]
+    # the tiny model's context (2,048) is too short for 1x2000: the builder needs only a tokenizer and a length
+    lm = SimpleNamespace(tokenizer=tiny_lm.tokenizer, max_length=8192)
+    wl = workloads.build(name, lm)
+    k = 2 * wl.rubric.n_options
+    assert len(wl.items) == spec.n_texts == len(wl.groups) == len(wl.text_tokens)
+    assert len(wl.orderings) == k and all(len(g) == k for g in wl.groups)
+    assert len({it.text for it in wl.items}) == len(wl.items)  # the texts differ
+    for it, n in zip(wl.items, wl.text_tokens):
+        assert n == len(tiny_lm.tokenizer(it.text, add_special_tokens=False)["input_ids"])
+        assert spec.text_tokens * (1 - workloads.TOKEN_TOLERANCE) <= n <= spec.text_tokens
+    assert wl.single_token == (name != "mtbench")
+    assert all(len(p.prompt_ids) > n for g, n in zip(wl.groups, wl.text_tokens) for p in g)
+    assert wl.trie_tokens < wl.plain_tokens
+    if wl.single_token:
+        assert wl.plain_tokens == sum(len(p.prompt_ids) for p in wl.prompts) <= wl.padded_tokens(16)
+        assert wl.n_reads == len(wl.prompts) * wl.rubric.n_options
+    assert wl.trie_context(1) == wl.trie_tokens < wl.trie_context(64) <= wl.trie_context(None)
+    s = wl.summary()
+    assert s["prompts"] == len(wl.prompts) and s["trie_tokens"] == wl.trie_tokens
+    back = workloads.groups_from_json(wl.to_json())
+    assert back == wl.groups
+
+
+def test_engine_token_accounting(workloads, tiny_lm):
+    wl = workloads.build("1x350", tiny_lm)
+    kw = {"min_shared": 0} if "min_shared" in inspect.signature(Engine).parameters else {}
+    eng = Engine(tiny_lm, **kw)
+    eng.prompt_logprobs(wl.groups)
+    if kw:
+        assert eng.stats["tokens"] == wl.trie_tokens
+    assert wl.trie_tokens <= eng.stats["tokens"] < wl.plain_tokens
+    assert eng.stats["reads"] == wl.n_reads
+
+
+def test_trim_to_tokens(workloads, tiny_lm):
+    tok = tiny_lm.tokenizer
+    text = "the cat sat on the mat and the dog barked at the moon " * 20
+    for target in (5, 40, 100):
+        cut = workloads.trim_to_tokens(tok, text, target)
+        n = len(tok(cut, add_special_tokens=False)["input_ids"])
+        assert n <= target and text.startswith(cut) and n > 0
+    assert workloads.trim_to_tokens(tok, "short", 100) == "short"
