@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from logitjudge_kernels import label_logprobs, shared_prefix_attention
+from logitjudge_kernels import shared_prefix_attention
 
 ATTN_NAME = "logitjudge_shared_prefix"
 PREFIX_KWARG = "logitjudge_prefix"
@@ -52,9 +52,6 @@ class PrefixKV:
             return self
         return PrefixKV([None if k is None else k[:, :n] for k in self.keys],
                         [None if v is None else v[:, :n] for v in self.values], n)
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
 
 
 @dataclass
@@ -149,12 +146,3 @@ def head_params(model):
     if getattr(cfg, "logit_scale", None):  # Cohere: logits * logit_scale
         scale *= float(cfg.logit_scale)
     return head.weight, scale, getattr(cfg, "final_logit_softcapping", None)
-
-
-def read_logprobs(model, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Log-probability of ``tokens[r]`` under the full-vocabulary softmax at ``hidden[r]`` (R, d), in fp32."""
-    weight, scale, softcap = head_params(model)
-    h = hidden.float() * scale if scale != 1.0 else hidden.float()
-    w = weight if weight.dtype == torch.float32 else weight.float()
-    res = label_logprobs(h, w, tokens.view(-1, 1).to(h.device), softcap=softcap)
-    return res.label_logprobs[:, 0]
