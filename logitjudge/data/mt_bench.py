@@ -73,17 +73,20 @@ def answer_turns(rec: dict, where: str, origin: Origin, n_turns: int) -> list[st
     return turns
 
 
-def read_answers(path: Path, origin: Origin, n_turns: int, questions: dict[int, dict]) -> dict[int, tuple]:
-    """``{question_id: (turns, model_id)}`` from one answer file (FastChat layout)."""
+def read_answers(path: Path, origin: Origin, n_turns: int, questions: dict[int, dict], *,
+                 fields=ANSWER_FIELDS, turns_of=None) -> dict[int, tuple]:
+    """``{question_id: (turns, model_id)}`` from one answer file (FastChat layout; ``turns_of(rec, where)``
+    reads the answer turns of a record in another layout, e.g. the legacy Vicuna table's ``text``)."""
     out: dict[int, tuple] = {}
-    for where, rec in read_jsonl(path, ANSWER_FIELDS, origin):
+    for where, rec in read_jsonl(path, fields, origin):
         qid = get(rec, "question_id", "int", where, origin)
         if qid not in questions:
             raise DataError(f"{where}: question_id {qid} is not in the question file. {origin.hint()}")
         if qid in out:
             raise DataError(f"{where}: a second answer to question {qid}; one answer per question. "
                             f"{origin.hint()}")
-        out[qid] = (answer_turns(rec, where, origin, n_turns), get(rec, "model_id", "str", where, origin))
+        turns = turns_of(rec, where) if turns_of else answer_turns(rec, where, origin, n_turns)
+        out[qid] = (turns, get(rec, "model_id", "str", where, origin))
     return out
 
 

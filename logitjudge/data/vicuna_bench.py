@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..rubric import builtin_rubric
-from .base import DataError, Dataset, Origin, get, read_jsonl
-from .mt_bench import build_items, choose_models, read_questions, read_references
+from .base import DataError, Dataset, Origin, get
+from .mt_bench import build_items, choose_models, read_answers, read_questions, read_references
 
 NAME = "vicuna_bench"
 MAIN_FILE = "question.jsonl"
@@ -34,16 +34,8 @@ DESCRIPTION = "Vicuna-Bench: 80 questions x 7 systems' answers, single-answer gr
 
 
 def _read_answers(path: Path, questions: dict[int, dict]) -> dict[int, tuple]:
-    out: dict[int, tuple] = {}
-    for where, rec in read_jsonl(path, ANSWER_FIELDS, ORIGIN):
-        qid = get(rec, "question_id", "int", where, ORIGIN)
-        if qid not in questions:
-            raise DataError(f"{where}: question_id {qid} is not in the question file. {ORIGIN.hint()}")
-        if qid in out:
-            raise DataError(f"{where}: a second answer to question {qid}; one answer per question. "
-                            f"{ORIGIN.hint()}")
-        out[qid] = ([get(rec, "text", "str", where, ORIGIN)], get(rec, "model_id", "str", where, ORIGIN))
-    return out
+    return read_answers(path, ORIGIN, 1, questions, fields=ANSWER_FIELDS,
+                        turns_of=lambda rec, where: [get(rec, "text", "str", where, ORIGIN)])
 
 
 def load(root: Path, *, models=None, with_reference: bool = False) -> Dataset:
