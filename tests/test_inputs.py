@@ -178,3 +178,15 @@ def test_table_views_and_files(tmp_path, tiny_lm):
 def test_criterion_options_value_order():
     c = Criterion("Q", (ScoreOption(5.0, "5", "best"), ScoreOption(1.0, "1", "worst")), "q")
     assert c.values == [5.0, 1.0] and c.labels == ["5", "1"]
+
+
+def test_builtin_templates_put_the_answer_on_its_own_line(tiny_lm):
+    """TOML drops a newline right after an opening triple quote: the answer prefix must keep its own."""
+    from logitjudge.scoring import render_prompt
+
+    r = builtin_rubric("default")
+    for name, tail in [("text-first", "best.\nQuality score: "), ("rubric-first", "best.\nQuality score: "),
+                       ("bracketed", '"Rating: [[label]]".\nRating: [[')]:
+        prompt = render_prompt(builtin_template(name), tiny_lm.tokenizer, r, Item("a", "A text."), 0, range(5))
+        assert prompt.endswith(tail), (name, prompt[-60:])
+    assert builtin_template("multi-criteria").answer_prefix == "\nAnswers:\n"
