@@ -26,7 +26,7 @@ from .items import Item
 from .orderings import validate
 from .prompts import EncodedPrompt, Template, encode_prompt, load_template, wrap_chat
 from .rubric import Rubric
-from .scoring import Checkpoint, _progress, distribution, run_fingerprint, run_meta
+from .scoring import Checkpoint, _progress, distribution, finish_run, run_fingerprint, run_meta, table_from_records
 from .table import ScoreTable
 
 SLOT_MODES = ("greedy", "marginal")
@@ -185,16 +185,10 @@ def score_multi(lm, items: list[Item], rubric: Rubric, option_orders, criterion_
         ckpt.add(it.id, probs, mass)
         bar.update(1)
     bar.close()
-    table = ScoreTable(np.stack([np.asarray(ckpt.done[it.id]["probs"]) for it in items]),
-                       np.stack([np.asarray(ckpt.done[it.id]["label_mass"]) for it in items]),
-                       option_orders, criterion_orders, np.array([c.values for c in rubric.criteria]),
-                       [it.id for it in items], [c.name for c in rubric.criteria],
-                       [it.group for it in items] if any(it.group for it in items) else None,
-                       run_meta(lm, rubric, template, engine, time.perf_counter() - t0,
-                                {"multi_criteria": True, "slots": slots, **(meta or {})}))
-    if out is not None:
-        table.save(out)
-        ckpt.finish()
+    table = table_from_records(ckpt.done, items, rubric, option_orders, criterion_orders,
+                               run_meta(lm, rubric, template, engine, time.perf_counter() - t0,
+                                        {"multi_criteria": True, "slots": slots, **(meta or {})}))
+    finish_run(table, out, ckpt)
     return table
 
 

@@ -168,18 +168,32 @@ def score(lm, items: list[Item], rubric: Rubric, option_orders=None, *, template
     bar.close()
     elapsed = time.perf_counter() - t0
     done = distributed.gather_records(ckpt.done, world)
-    probs = np.stack([np.asarray(done[it.id]["probs"]) for it in items])
-    mass = np.stack([np.asarray(done[it.id]["label_mass"]) for it in items])
-    table = ScoreTable(probs, mass, option_orders, np.tile(np.arange(C), (K, 1)),
-                       np.array([c.values for c in rubric.criteria]), ids, [c.name for c in rubric.criteria],
-                       [it.group for it in items] if any(it.group for it in items) else None,
-                       run_meta(lm, rubric, template, engine, elapsed, {"world_size": world.size, **(meta or {})}))
-    if out is not None:
-        if world.rank == 0:
-            table.save(out)
-        distributed.barrier(world)
-        ckpt.finish()
+    table = table_from_records(done, items, rubric, option_orders, np.tile(np.arange(C), (K, 1)),
+                               run_meta(lm, rubric, template, engine, elapsed,
+                                        {"world_size": world.size, **(meta or {})}))
+    finish_run(table, out, ckpt, world)
     return table
+
+
+def table_from_records(done: dict, items: list[Item], rubric: Rubric, option_orders, criterion_orders,
+                       meta: dict) -> ScoreTable:
+    """The ScoreTable of finished checkpoint records, in the items' order."""
+    return ScoreTable(np.stack([np.asarray(done[it.id]["probs"]) for it in items]),
+                      np.stack([np.asarray(done[it.id]["label_mass"]) for it in items]),
+                      option_orders, criterion_orders, np.array([c.values for c in rubric.criteria]),
+                      [it.id for it in items], [c.name for c in rubric.criteria],
+                      [it.group for it in items] if any(it.group for it in items) else None, meta)
+
+
+def finish_run(table: ScoreTable, out, ckpt: Checkpoint, world=None) -> None:
+    """Save the table (rank 0 only under torch.distributed), then drop the checkpoint."""
+    if out is None:
+        return
+    world = world or distributed.World()
+    if world.rank == 0:
+        table.save(out)
+    distributed.barrier(world)
+    ckpt.finish()
 
 
 def run_meta(lm, rubric, template, engine, elapsed, extra=None) -> dict:
