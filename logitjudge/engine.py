@@ -43,7 +43,6 @@ class Job:
 class JobResult:
     logprobs: dict = field(default_factory=dict)  # key -> float
     caches: dict = field(default_factory=dict)  # keep key -> PrefixKV
-    tokens: int = 0  # tokens actually run through the model
 
 
 class Engine:
@@ -137,8 +136,6 @@ class Engine:
         need_cache = any(n.children or n.ends for _, n in chunk)
         hidden, captured = self._forward(self.model, ids.to(self.device), prefix, capture=need_cache)  # (B,S,d)
         self.stats["forward_calls"] += 1
-        for j, n in chunk:
-            results[j].tokens += len(n.tokens)
         self.stats["tokens"] += sum(len(n.tokens) for _, n in chunk)
         # read-out only where a label token is predicted; one hidden row per position, all its label tokens
         rows, offs, reads = [], [], []
