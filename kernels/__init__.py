@@ -2,7 +2,7 @@
 
 Installed as ``logitjudge_kernels`` (the folder is ``kernels/``). Each kernel has a PyTorch reference
 (``*_ref``), a Triton implementation (``*_triton``, CUDA or ``TRITON_INTERPRET=1``) and a dispatcher
-taking ``backend="auto" | "ref" | "triton"``.
+taking ``backend="auto" | "ref" | "triton"`` (attention also ``"cpu"``: ATen's fused CPU flash attention).
 """
 
 from ._triton_util import HAS_TRITON, interpreter_active, triton_usable
@@ -10,6 +10,7 @@ from .prefix_attention import (
     attention_ref,
     merge_attention_states,
     shared_prefix_attention,
+    shared_prefix_attention_cpu,
     shared_prefix_attention_ref,
     shared_prefix_attention_triton,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "label_logprobs_triton",
     "merge_attention_states",
     "shared_prefix_attention",
+    "shared_prefix_attention_cpu",
     "shared_prefix_attention_ref",
     "shared_prefix_attention_triton",
     "triton_usable",

@@ -171,6 +171,62 @@ def shared_prefix_attention_ref(q, k_prefix, v_prefix, k_suffix, v_suffix, *, sc
     return o.to(q.dtype)
 
 
+# ------------------------------------------------------------------------------------------------ CPU fused
+def _flash_cpu(q, k, v, scale: float, mask: torch.Tensor | None):
+    """ATen's fused CPU flash attention: (N, H, M, D) queries -> fp32-accumulated output and natural-log LSE."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask,
+                                                                      scale=scale)
+
+
+def _expand_heads(x: torch.Tensor, G: int) -> torch.Tensor:
+    """(B, Hkv, S, D) -> (B, Hkv*G, S, D) as a stride-0 view (GQA without copies)."""
+    B, Hkv, S, D = x.shape
+    return x.unsqueeze(2).expand(B, Hkv, G, S, D).reshape(B, Hkv * G, S, D)
+
+
+def _additive_mask(vis: torch.Tensor, dtype) -> torch.Tensor | None:
+    """0 / -inf mask from a boolean visibility matrix, or None where every key is visible to every query."""
+    if bool(vis.all()):
+        return None
+    return torch.zeros(vis.shape, dtype=dtype, device=vis.device).masked_fill_(~vis, float("-inf"))
+
+
+def shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
+                                sliding_window: int | None = None) -> torch.Tensor:
+    """CPU fast path of the same method: both parts through ATen's fused flash-attention kernel for CPU (blocked,
+    no score matrix in memory, returns the LSE), merged by LSE. No soft-cap (the dispatcher sends those to the
+    reference). The prefix part stacks queries as in the reference; masks exist only where a window cuts."""
+    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, None)
+    B, Hq, S, D = q.shape
+    Hkv, L, _ = k_prefix.shape
+    G = Hq // Hkv
+    pos = torch.arange(S, device=q.device)
+    # suffix: each row's queries against its own keys, causal (every query sees at least its own key)
+    if sliding_window is None or S <= sliding_window:  # plain causal: the kernel skips the masked blocks
+        o_s, lse_s = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, _expand_heads(k_suffix, G), _expand_heads(v_suffix, G), 0.0, True, scale=scale)
+        o_s, lse_s = o_s.reshape(B, Hkv, G * S, D), lse_s.reshape(B, Hkv, G * S)
+    else:  # (B, Hkv, G*S, D) stacked queries and an explicit causal + window mask
+        mask = _additive_mask(_visible(pos.repeat(G), pos, sliding_window), q.dtype)
+        o_s, lse_s = _flash_cpu(q.reshape(B, Hkv, G * S, D), k_suffix, v_suffix, scale, mask)
+    if L == 0:
+        return o_s.reshape(B, Hq, S, D).to(q.dtype)
+    lo = 0 if sliding_window is None else max(0, L - sliding_window + 1)  # keys before lo are out of every window
+    if lo >= L:
+        return o_s.reshape(B, Hq, S, D).to(q.dtype)
+    vis = _visible(L + pos, torch.arange(lo, L, device=q.device), sliding_window)  # (S, L - lo)
+    mask = _additive_mask(vis, q.dtype)
+    qp = q.reshape(B, Hkv, G * S, D).transpose(0, 1).reshape(1, Hkv, B * G * S, D)
+    o_p, lse_p = _flash_cpu(qp, k_prefix[:, lo:].unsqueeze(0), v_prefix[:, lo:].unsqueeze(0), scale,
+                            None if mask is None else mask.repeat(B * G, 1))
+    o_p = o_p.reshape(Hkv, B, G * S, D).transpose(0, 1)
+    lse_p = lse_p.reshape(Hkv, B, G, S).transpose(0, 1)
+    # a query that sees no prefix key gets output 0 and LSE 0 from the kernel: its LSE must be -inf
+    lse_p = lse_p.masked_fill(~vis.any(dim=1), float("-inf")).reshape(B, Hkv, G * S)
+    o, _ = merge_attention_states(o_p, lse_p, o_s, lse_s)
+    return o.reshape(B, Hq, S, D).to(q.dtype)
+
+
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, causal_offset: int = 0,
                   sliding_window: int | None = None, softcap: float | None = None) -> torch.Tensor:
     """Plain attention in fp32 over explicit keys: the ground truth.
@@ -404,11 +460,17 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale:
         scale: score multiplier (usually D ** -0.5 or the model's query_pre_attn_scalar ** -0.5).
         sliding_window: key at position j visible from query position a iff a - j < sliding_window.
         softcap: scores <- softcap * tanh(scores / softcap), applied after scaling, before masking.
-        backend: "auto" (Triton on CUDA, else the reference), "ref" or "triton".
+        backend: "auto" (Triton on CUDA; on CPU the fused ATen path without soft-cap, else the reference), "ref",
+            "triton" or "cpu".
 
     Returns: (B, Hq, S, D) in q's dtype.
     """
     _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap)
+    if backend == "cpu" or (backend == "auto" and q.device.type == "cpu" and softcap is None):
+        if softcap is not None or q.device.type != "cpu":
+            raise ValueError("backend='cpu' needs CPU tensors and no soft-cap; use backend='ref'")
+        return shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale,
+                                           sliding_window=sliding_window)
     path = resolve_backend(backend, q.device, supported=q.shape[-1] <= MAX_TRITON_HEAD_DIM)
     fn = shared_prefix_attention_triton if path == "triton" else shared_prefix_attention_ref
     return fn(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, sliding_window=sliding_window,

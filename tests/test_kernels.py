@@ -32,6 +32,7 @@ from logitjudge_kernels import (
     label_logprobs_ref,
     merge_attention_states,
     shared_prefix_attention,
+    shared_prefix_attention_cpu,
     shared_prefix_attention_ref,
 )
 
@@ -152,6 +153,17 @@ def test_attention_ref_low_precision(dtype, L, D, Hq, Hkv, window, softcap):
     inputs = _attn_inputs(3, Hq, Hkv, 7, L, D, dtype, seed=1)
     out = shared_prefix_attention_ref(*inputs, scale=D**-0.5, sliding_window=window, softcap=softcap)
     _assert_attention_close(out, inputs, scale=D**-0.5, sliding_window=window, softcap=softcap)
+
+
+@pytest.mark.parametrize("dtype,L,D,Hq,Hkv,window,softcap",
+                         [c for c in _attention_cases([torch.float32, torch.bfloat16]) if c.values[-1] is None])
+def test_attention_cpu_fused(dtype, L, D, Hq, Hkv, window, softcap):
+    """ATen's fused CPU path; window 4 < S leaves queries that see no prefix key (their LSE must be -inf)."""
+    inputs = _attn_inputs(3, Hq, Hkv, 7, L, D, dtype, seed=5)
+    out = shared_prefix_attention_cpu(*inputs, scale=D**-0.5, sliding_window=window)
+    _assert_attention_close(out, inputs, scale=D**-0.5, sliding_window=window, softcap=None)
+    if not IN_INTERPRETER:  # "auto" on CPU takes this path when there is no soft-cap
+        assert torch.equal(shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=window), out)
 
 
 def test_attention_ref_chunks_long_prefix(monkeypatch):
