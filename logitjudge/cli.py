@@ -20,7 +20,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (accelerate device_map)")
     p.add_argument("--quantize", choices=["4bit", "8bit"], default=None, help="bitsandbytes, CUDA only")
     p.add_argument("--token-budget", type=int, default=4096, help="rows x padded tokens per forward batch")
-    p.add_argument("--prefix-mode", default="shared", choices=["shared", "copy"])
+    p.add_argument("--prefix-mode", default="auto", choices=["auto", "native", "shared", "copy"],
+                   help="auto: the native Gemma-3 step function where supported, else shared")
 
 
 def build_parser() -> argparse.ArgumentParser:

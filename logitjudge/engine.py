@@ -1,9 +1,10 @@
 """The scoring engine: exact label probabilities for many prompts that share a prefix.
 
-Per item, all prompt + label-continuation sequences go into one token trie (:mod:`logitjudge.trie`). The trie is
-evaluated top-down: a level's segments run as one right-padded batch on top of their parent's cache
-(:class:`~logitjudge.forward.PrefixKV`, held once), hidden states are read only where a label token is
-predicted, and the unembedding + full-vocabulary log-softmax (fp32) is applied only there.
+Per item, all prompt + label-continuation sequences go into one token trie (:mod:`logitjudge.trie`). The tries are
+evaluated level by level: a level's segments (of all items) run as right-padded batches on top of their parents'
+caches (:class:`~logitjudge.forward.PrefixKV`, held once, never copied per row or per child), hidden states are
+read only where a label token is predicted, and the unembedding + full-vocabulary log-softmax (fp32) is applied
+only there, once per run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from logitjudge_kernels import label_logprobs
 
 from . import trie as trie_mod
 from .forward import FORWARDS, PrefixKV, head_params, install_shared_attention, n_layers
+from .native import NativeGemma3, native_support
 from .prompts import EncodedPrompt
 
 READ_CHUNK_ELEMS = 1 << 27  # 512 MiB of fp32 logits at most
@@ -48,49 +50,50 @@ class JobResult:
 class Engine:
     """Exact label log-probabilities with a shared-prefix trie.
 
-    ``prefix_mode``: "shared" (prefix KV held once, read through the shared-prefix attention function) or "copy"
-    (the prefix copied into a per-row ``DynamicCache``; works for any causal LM). ``token_budget`` bounds
+    ``prefix_mode``: "auto" (default: "native" where the model supports it, else "shared"), "native" (the
+    fused step function of :mod:`logitjudge.native`, Gemma-3), "shared" (transformers' forward with the prefix
+    KV held once, read through the shared-prefix attention function) or "copy" (the prefix copied into a
+    per-row ``DynamicCache``; works for any causal LM). ``token_budget`` bounds
     rows x padded length of one batch. ``min_shared``: shared runs shorter than this (below the item's prefix)
     are recomputed per branch so that their siblings run in one batch: one forward call costs more than a few
     duplicated tokens.
     """
 
-    def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "shared", min_shared: int = 0):
-        if prefix_mode not in FORWARDS:
-            raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {sorted(FORWARDS)}")
+    def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "auto", min_shared: int = 0):
+        modes = ["auto", "native", *FORWARDS]
+        if prefix_mode not in modes:
+            raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {modes}")
         self.lm = lm
         self.model = lm.model
+        if prefix_mode == "auto":
+            prefix_mode = "native" if native_support(self.model) is None else "shared"
+        elif prefix_mode == "native" and (reason := native_support(self.model)):
+            raise EngineError(f"prefix_mode='native' does not support this model ({reason}); use 'shared'")
         self.token_budget = int(token_budget)
         self.min_shared = int(min_shared)
         self.prefix_mode = prefix_mode
         if prefix_mode == "shared":
             install_shared_attention(self.model)
-        self._forward = FORWARDS[prefix_mode]
+        self._forward = NativeGemma3(self.model) if prefix_mode == "native" else FORWARDS[prefix_mode]
         self.n_layers = n_layers(self.model)
         weight, self._scale, self._softcap = head_params(self.model)
         self._weight = weight if weight.dtype == torch.float32 else weight.float()  # fp32 read-out, once
         self.device = next(self.model.parameters()).device
-        self.stats = {"tokens": 0, "forward_calls": 0, "reads": 0}
+        self.stats = {"tokens": 0, "padded_tokens": 0, "forward_calls": 0, "reads": 0}
 
     # ---- core ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def run(self, jobs: list[Job]) -> list[JobResult]:
-        """Evaluate jobs; jobs without a prefix are batched together at the top level (longest first)."""
+        """Evaluate jobs: every job's trie, level by level, the segments of all jobs batched together."""
         results = [JobResult() for _ in jobs]
         self._pending: list = []  # read points of every batch, read out together at the end
-        tops = []  # (job index, top-level trie nodes)
+        empty = PrefixKV.empty(self.n_layers)
+        entries = []  # (job index, trie node, the prefix it continues)
         for j, job in enumerate(jobs):
-            ends = None
-            if job.keep is not None:
-                ends = list(job.keep)
+            ends = None if job.keep is None else list(job.keep)
             roots = trie_mod.build(job.sequences, job.reads, ends, min_shared=self.min_shared)
-            tops.append((j, roots))
-        free = [(j, n) for j, roots in tops if jobs[j].prefix is None for n in roots]
-        if free:
-            self._level(free, PrefixKV.empty(self.n_layers), results)
-        for j, roots in tops:
-            if jobs[j].prefix is not None:
-                self._level([(j, n) for n in roots], jobs[j].prefix, results)
+            entries += [(j, n, job.prefix if job.prefix is not None else empty) for n in roots]
+        self._descend(entries, results)
         self._flush_reads(results)
         return results
 
@@ -112,34 +115,55 @@ class Engine:
                 for k in ks:
                     results[j].logprobs[k] = float(lp[r, m])
 
-    def _level(self, nodes: list, prefix: PrefixKV, results: list[JobResult]) -> None:
-        """Run sibling segments (all after ``prefix``) in right-padded batches, then recurse into children."""
-        order = sorted(range(len(nodes)), key=lambda i: -len(nodes[i][1].tokens))
-        start = 0
-        while start < len(order):
-            width = len(nodes[order[start]][1].tokens)
-            rows = max(1, self.token_budget // max(width, 1))
-            end = start + 1
-            # padded positions cost as much as real ones: a much shorter row starts a new batch
-            while end < len(order) and end - start < rows and \
-                    width - len(nodes[order[end]][1].tokens) <= max(8, width // 4):
-                end += 1
-            self._batch([nodes[i] for i in order[start:end]], prefix, results)
-            start = end
+    def _descend(self, entries: list, results: list[JobResult]) -> None:
+        """Segments breadth-first in chunks: one forward call per chunk, then the children of all the chunk's rows
+        form the next level (whichever parent they continue), so each level runs in few, large batches; going
+        depth-first over chunks bounds the memory held to about one token budget per level."""
+        for chunk in self._chunks(entries):
+            children = self._batch(chunk, results)
+            if children:
+                self._descend(children, results)
 
-    def _batch(self, chunk: list, prefix: PrefixKV, results: list[JobResult]) -> None:
+    def _chunks(self, entries: list):
+        """Right-padded batches within the token budget, longest rows first. Padded positions cost as much as real
+        ones, so a much shorter row starts a new batch. Rows continuing different prefixes share a batch only
+        where the forward takes several prefixes (native mode)."""
+        if self.prefix_mode == "native":
+            pools = [entries]
+        else:
+            by_prefix: dict[int, list] = {}
+            for e in entries:
+                by_prefix.setdefault(id(e[2]), []).append(e)
+            pools = list(by_prefix.values())
+        for pool in pools:
+            order = sorted(pool, key=lambda e: -len(e[1].tokens))
+            start = 0
+            while start < len(order):
+                width = len(order[start][1].tokens)
+                rows = max(1, self.token_budget // max(width, 1))
+                end = start + 1
+                while end < len(order) and end - start < rows and \
+                        width - len(order[end][1].tokens) <= max(8, width // 4):
+                    end += 1
+                yield order[start:end]
+                start = end
+
+    def _batch(self, chunk: list, results: list[JobResult]) -> list:
+        """One forward call over the chunk's segments; queues its reads and returns the next level's entries."""
+        by_prefix: dict[int, list] = {}  # rows of one prefix are contiguous: (prefix, rows) groups
+        for e in chunk:
+            by_prefix.setdefault(id(e[2]), []).append(e)
+        chunk = [e for rows in by_prefix.values() for e in rows]
+        groups = [(rows[0][2], len(rows)) for rows in by_prefix.values()]
         B = len(chunk)
-        S = max(len(n.tokens) for _, n in chunk)
+        S = max(len(n.tokens) for _, n, _ in chunk)
         ids = torch.zeros((B, S), dtype=torch.long)
-        for r, (_, n) in enumerate(chunk):
+        for r, (_, n, _) in enumerate(chunk):
             ids[r, :len(n.tokens)] = torch.tensor(n.tokens)
-        need_cache = any(n.children or n.ends for _, n in chunk)
-        hidden, captured = self._forward(self.model, ids.to(self.device), prefix, capture=need_cache)  # (B,S,d)
-        self.stats["forward_calls"] += 1
-        self.stats["tokens"] += sum(len(n.tokens) for _, n in chunk)
+        need_cache = any(n.children or n.ends for _, n, _ in chunk)
         # read-out only where a label token is predicted; one hidden row per position, all its label tokens
         rows, offs, reads = [], [], []
-        for r, (j, n) in enumerate(chunk):
+        for r, (j, n, _) in enumerate(chunk):
             at: dict[int, list] = {}
             for (off, tok), ks in n.reads.items():
                 at.setdefault(off, []).append((tok, j, ks))
@@ -147,16 +171,24 @@ class Engine:
                 rows.append(r)
                 offs.append(off)
                 reads.append(lst)
+        select = (torch.tensor(rows, dtype=torch.long, device=self.device),
+                  torch.tensor(offs, dtype=torch.long, device=self.device))
+        prefix = groups if self.prefix_mode == "native" else groups[0][0]
+        hidden, captured = self._forward(self.model, ids.to(self.device), prefix, capture=need_cache,
+                                         select=select)  # (R, d)
+        self.stats["forward_calls"] += 1
+        self.stats["tokens"] += sum(len(n.tokens) for _, n, _ in chunk)
+        self.stats["padded_tokens"] += B * S
         if rows:
-            self._pending.append((hidden[torch.tensor(rows), torch.tensor(offs)], reads))  # (R, d)
-        for r, (j, n) in enumerate(chunk):
+            self._pending.append((hidden, reads))
+        children = []
+        for r, (j, n, pre) in enumerate(chunk):
             if n.ends or n.children:
-                ext = prefix.extend(captured, r, len(n.tokens))
+                ext = pre.extend(captured, r, len(n.tokens))
                 for key in n.ends:
                     results[j].caches[key] = ext
-                if n.children:
-                    self._level([(j, c) for c in n.children], ext, results)
-        del hidden, captured
+                children += [(j, c, ext) for c in n.children]
+        return children
 
     def read(self, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """log p(tokens[r, m]) under the full-vocabulary softmax at hidden[r], fp32: (R, d), (R, M) -> (R, M)."""

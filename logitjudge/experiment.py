@@ -9,7 +9,7 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     dtype = "fp32"                     # fp32 | bf16 | fp16
     device = "cpu"                     # cpu | cuda | cuda:N | auto
     token_budget = 4096
-    prefix_mode = "shared"             # shared | copy
+    prefix_mode = "auto"               # auto | native | shared | copy
     # quantize = "4bit"                # 4bit | 8bit (CUDA only)
     [data]
     name = "hanna"                     # a data set (hanna, summeval, mt_bench, vicuna_bench) ...
@@ -74,7 +74,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
          "description": ("str", "", '"what this run is for"')},
     "model": {"id": ("str", "gemma-3-270m", '"gemma-3-270m"'), "dtype": ("fp32|bf16|fp16", "fp32", '"fp32"'),
               "device": ("str", "cpu", '"cpu"'), "token_budget": ("int", 4096, "4096"),
-              "prefix_mode": ("shared|copy", "shared", '"shared"'),
+              "prefix_mode": ("auto|native|shared|copy", "auto", '"auto"'),
               "quantize": ("4bit|8bit", None, '"4bit"')},
     "data": {"name": ("str", None, '"hanna"'), "texts": ("str", None, '"texts.jsonl"'),
              "rubric": ("str", None, '"default"'), "limit": ("int", None, "22"),

@@ -17,32 +17,54 @@ ATTN_NAME = "logitjudge_shared_prefix"
 PREFIX_KWARG = "logitjudge_prefix"
 
 
-@dataclass
 class PrefixKV:
-    """The KV cache of a shared token prefix: ``keys[layer]``/``values[layer]`` of shape (Hkv, L, D)."""
+    """The KV cache of a shared token prefix: per layer one key and one value tensor of shape (Hkv, L, D).
 
-    keys: list[torch.Tensor | None]
-    values: list[torch.Tensor | None]
-    length: int = 0
+    A prefix is a chain: its parent (None for a root) followed by its own segment, ``seg_keys[layer]`` /
+    ``seg_values[layer]`` (Hkv, n, D), usually views into the batch that computed them. A trie child's context
+    is its parent's plus one segment, so nothing is copied when the trie branches; :meth:`layer` joins the
+    chain for one layer when it is used and the join is dropped after that layer.
+    """
+
+    __slots__ = ("seg_keys", "seg_values", "length", "parent")
+
+    def __init__(self, keys: list, values: list, length: int = 0, parent: PrefixKV | None = None):
+        self.seg_keys, self.seg_values = keys, values
+        self.length = int(length)
+        self.parent = parent if parent is not None and parent.length > 0 else None
 
     @classmethod
     def empty(cls, n_layers: int) -> PrefixKV:
         return cls([None] * n_layers, [None] * n_layers, 0)
 
-    def layer(self, i: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys[i] is None:  # an empty prefix: (Hkv, 0, D)
+    @property
+    def n_layers(self) -> int:
+        return len(self.seg_keys)
+
+    def layer(self, i: int, like: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values (Hkv, L, D) of the whole prefix at layer i (``like``: a (B, Hkv, S, D) tensor that
+        gives the shape of an empty prefix)."""
+        if self.length == 0:  # an empty prefix: (Hkv, 0, D)
             z = like.new_zeros((like.shape[1], 0, like.shape[3]))
             return z, z
-        return self.keys[i], self.values[i]
+        k, v = self.seg_keys[i], self.seg_values[i]
+        if self.parent is None:
+            return k, v
+        pk, pv = self.parent.layer(i)
+        return torch.cat([pk, k], dim=1), torch.cat([pv, v], dim=1)
+
+    @property
+    def keys(self) -> list[torch.Tensor]:
+        return [self.layer(i)[0] for i in range(self.n_layers)]
+
+    @property
+    def values(self) -> list[torch.Tensor]:
+        return [self.layer(i)[1] for i in range(self.n_layers)]
 
     def extend(self, captured: list[tuple[torch.Tensor, torch.Tensor]], row: int, n: int) -> PrefixKV:
-        """This prefix followed by the first n tokens of one captured suffix row (a trie child's context)."""
-        ks, vs = [], []
-        for i, (k, v) in enumerate(captured):
-            kp, vp = self.layer(i, k)
-            ks.append(torch.cat([kp, k[row, :, :n]], dim=1))
-            vs.append(torch.cat([vp, v[row, :, :n]], dim=1))
-        return PrefixKV(ks, vs, self.length + n)
+        """This prefix followed by the first n tokens of one captured suffix row (views, no copy)."""
+        return PrefixKV([k[row, :, :n] for k, _ in captured], [v[row, :, :n] for _, v in captured],
+                        self.length + n, self)
 
     def truncate(self, n: int) -> PrefixKV:
         """The cache of the first n tokens (views, no copy)."""
@@ -50,8 +72,11 @@ class PrefixKV:
             raise ValueError(f"cannot truncate a prefix of {self.length} tokens to {n}")
         if n == self.length:
             return self
-        return PrefixKV([None if k is None else k[:, :n] for k in self.keys],
-                        [None if v is None else v[:, :n] for v in self.values], n)
+        start = self.parent.length if self.parent is not None else 0
+        if n <= start:
+            return self.parent.truncate(n)
+        own = n - start
+        return PrefixKV([k[:, :own] for k in self.seg_keys], [v[:, :own] for v in self.seg_values], n, self.parent)
 
 
 @dataclass
@@ -96,17 +121,22 @@ def n_layers(model) -> int:
     return int(model.config.get_text_config().num_hidden_layers)
 
 
-def forward_shared(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool):
-    """Rows ``ids`` (B, S), right-padded, after ``prefix``. Returns hidden (B, S, d) and captured suffix K/V."""
+def _selected(hidden: torch.Tensor, select) -> torch.Tensor:
+    return hidden if select is None else hidden[select[0], select[1]]
+
+
+def forward_shared(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool, select=None):
+    """Rows ``ids`` (B, S), right-padded, after ``prefix``. Returns hidden (B, S, d), or (R, d) at ``select`` =
+    (rows, offsets), and the captured suffix K/V per layer, (B, Hkv, S, D) each."""
     B, S = ids.shape
     pos = torch.arange(prefix.length, prefix.length + S, device=ids.device).unsqueeze(0).expand(B, S)
     state = _PrefixState(prefix, capture)
     out = model.get_decoder()(input_ids=ids, position_ids=pos, use_cache=False, **{PREFIX_KWARG: state})
     captured = [state.captured[i] for i in range(n_layers(model))] if capture else None
-    return out.last_hidden_state, captured
+    return _selected(out.last_hidden_state, select), captured
 
 
-def forward_copy(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool):
+def forward_copy(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool, select=None):
     """The same via a per-row copy of the prefix in a ``DynamicCache`` (generic fallback; more memory)."""
     from transformers import DynamicCache
 
@@ -116,7 +146,7 @@ def forward_copy(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool):
     for i in range(n_layers(model)):
         if L == 0:
             break
-        k, v = prefix.keys[i], prefix.values[i]
+        k, v = prefix.layer(i)
         cache.update(k.unsqueeze(0).expand(B, -1, -1, -1).contiguous(),
                      v.unsqueeze(0).expand(B, -1, -1, -1).contiguous(), i)
     pos = torch.arange(L, L + S, device=ids.device).unsqueeze(0).expand(B, S)
@@ -126,8 +156,9 @@ def forward_copy(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool):
     captured = None
     if capture:
         c = out.past_key_values
-        captured = [(layer.keys[:, :, L:], layer.values[:, :, L:]) for layer in c.layers]
-    return out.last_hidden_state, captured
+        # copies of the suffix part: views would keep every row's copy of the prefix alive
+        captured = [(layer.keys[:, :, L:].contiguous(), layer.values[:, :, L:].contiguous()) for layer in c.layers]
+    return _selected(out.last_hidden_state, select), captured
 
 
 FORWARDS = {"shared": forward_shared, "copy": forward_copy}

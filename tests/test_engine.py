@@ -48,7 +48,7 @@ def assert_parity(engine_lps, plain_lps, logp_atol=LOGP_ATOL):
         assert np.abs(distribution(a)[0] - distribution(b)[0]).max() < PROB_ATOL
 
 
-@pytest.mark.parametrize("mode", ["shared", "copy"])
+@pytest.mark.parametrize("mode", ["native", "shared", "copy"])
 @pytest.mark.parametrize("template", ["text-first", "rubric-first"])
 @pytest.mark.parametrize("design", ["balanced", "random"])
 def test_parity_tiny(tiny_lm, mode, template, design):
@@ -90,7 +90,9 @@ def test_batching_does_not_change_results(tiny_lm):
     t_small = score(tiny_lm, items, rub, orders, engine=Engine(tiny_lm, token_budget=64), progress=False)
     t_big = score(tiny_lm, items, rub, orders, engine=Engine(tiny_lm, token_budget=100_000), progress=False)
     t_copy = score(tiny_lm, items, rub, orders, engine=Engine(tiny_lm, prefix_mode="copy"), progress=False)
+    t_hf = score(tiny_lm, items, rub, orders, engine=Engine(tiny_lm, prefix_mode="shared"), progress=False)
     assert np.abs(t_small.probs - t_big.probs).max() <= 1e-6
+    assert np.abs(t_hf.probs - t_big.probs).max() <= 1e-5
     assert np.abs(t_copy.probs - t_big.probs).max() <= 1e-5
     # results come back in input order whatever the length-sorted batching did
     assert list(t_small.item_ids) == [it.id for it in items]

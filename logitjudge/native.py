@@ -1,0 +1,221 @@
+"""Native step function for Gemma-3 decoders: (model, tokens, prefix cache) -> hidden states.
+
+The same math as transformers' ``Gemma3TextModel`` (the parity tests hold it to the plain path), in fewer and
+larger kernels, because on a CPU the time goes to GEMMs and to the passes over memory between them:
+
+* q/k/v and gate/up run as one GEMM each; the model's own ``nn.Linear`` weights become views into the fused
+  matrices, so no memory is added and the model still runs unchanged through transformers;
+* RMSNorm is one fused op (fp32 inside, as Gemma's), rotary tables are computed once per call;
+* in the last layer only the positions that are read (``select``) go through the query projection, attention,
+  output projection, MLP and final norm: the other positions only need their keys and values, for later tokens.
+
+:func:`native_support` says why a model cannot take this path (the engine then uses the transformers path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from logitjudge_kernels import shared_prefix_attention
+
+from .forward import PrefixKV
+
+MODEL_TYPES = ("gemma3_text",)
+
+
+def native_support(model) -> str | None:
+    """None if ``model`` can run natively, else the reason it cannot."""
+    try:
+        dec = model.get_decoder()
+    except Exception:  # noqa: BLE001 - any model without a decoder accessor is simply unsupported
+        return "the model has no get_decoder()"
+    cfg = getattr(dec, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in MODEL_TYPES:
+        return f"model type {getattr(cfg, 'model_type', None)!r} is not one of {MODEL_TYPES}"
+    if getattr(cfg, "use_bidirectional_attention", False):
+        return "bidirectional attention"
+    if cfg.hidden_activation != "gelu_pytorch_tanh":
+        return f"activation {cfg.hidden_activation!r}"
+    if getattr(cfg, "rope_scaling", None) and cfg.rope_scaling.get("rope_type") == "dynamic":
+        return "dynamic RoPE scaling"
+    devices = {p.device for p in dec.parameters()}
+    if len(devices) != 1:
+        return f"parameters on several devices {sorted(map(str, devices))}"
+    for layer in dec.layers:
+        for m in (*_attn_linears(layer), *_mlp_linears(layer)):
+            if type(m) is not torch.nn.Linear or m.bias is not None:
+                return f"{type(m).__name__} projections (quantized or biased) are not supported"
+    return None
+
+
+def _attn_linears(layer):
+    a = layer.self_attn
+    return a.q_proj, a.k_proj, a.v_proj, a.o_proj
+
+
+def _mlp_linears(layer):
+    m = layer.mlp
+    return m.gate_proj, m.up_proj, m.down_proj
+
+
+def _fuse(linears) -> torch.Tensor:
+    """One (sum of out, in) weight; each module's weight becomes a view into it (no memory added)."""
+    weight = torch.cat([m.weight.detach() for m in linears])
+    start = 0
+    for m in linears:
+        n = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(weight[start:start + n], requires_grad=False)
+        start += n
+    return weight
+
+
+def _norm_weight(norm) -> torch.Tensor:
+    return 1.0 + norm.weight.detach().float()  # Gemma scales by (1 + w), in fp32
+
+
+@dataclass
+class _Layer:
+    w_qkv: torch.Tensor  # ((Hq + 2 Hkv) D, d)
+    w_o: torch.Tensor  # (d, Hq D)
+    w_gate_up: torch.Tensor  # (2 I, d)
+    w_down: torch.Tensor  # (d, I)
+    ln_in: torch.Tensor
+    ln_post_attn: torch.Tensor
+    ln_pre_ff: torch.Tensor
+    ln_post_ff: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    layer_type: str
+    window: int | None
+
+
+class NativeGemma3:
+    """Prepared once per model; called like :func:`logitjudge.forward.forward_shared`."""
+
+    def __init__(self, model):
+        reason = native_support(model)
+        if reason:
+            raise ValueError(f"the native path does not support this model: {reason}; use prefix_mode='shared'")
+        dec = model.get_decoder()
+        cfg = dec.config
+        self.embed = dec.embed_tokens
+        self.rotary = dec.rotary_emb
+        self.eps = float(cfg.rms_norm_eps)
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.scale = float(cfg.query_pre_attn_scalar) ** -0.5
+        self.softcap = getattr(cfg, "attn_logit_softcapping", None)
+        self.final_norm = _norm_weight(dec.norm)
+        self.layers = []
+        for i, layer in enumerate(dec.layers[:cfg.num_hidden_layers]):
+            a = layer.self_attn
+            self.layers.append(_Layer(
+                _fuse((a.q_proj, a.k_proj, a.v_proj)), a.o_proj.weight.detach(),
+                _fuse((layer.mlp.gate_proj, layer.mlp.up_proj)), layer.mlp.down_proj.weight.detach(),
+                _norm_weight(layer.input_layernorm), _norm_weight(layer.post_attention_layernorm),
+                _norm_weight(layer.pre_feedforward_layernorm), _norm_weight(layer.post_feedforward_layernorm),
+                _norm_weight(a.q_norm), _norm_weight(a.k_norm), cfg.layer_types[i], a.sliding_window))
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x.float(), (x.shape[-1],), weight, self.eps).to(x.dtype)
+
+    def _qkv(self, lw: _Layer, h: torch.Tensor, rope, B: int, S: int, *, with_q: bool = True):
+        """Normed, rotated q (B, S, Hq, D) (None unless ``with_q``), k and v (B, S, Hkv, D)."""
+        H, Hkv, D = self.heads, self.kv_heads, self.head_dim
+        cos, sin = rope  # (1, S, 1, D)
+        qkv = F.linear(h, lw.w_qkv if with_q else lw.w_qkv[H * D:]).view(B, S, -1, D)  # (B, S, [Hq +] 2 Hkv, D)
+        n_q = H if with_q else 0
+        q = _rotate(self._rms(qkv[:, :, :H], lw.q_norm), cos, sin) if with_q else None
+        k = _rotate(self._rms(qkv[:, :, n_q:n_q + Hkv], lw.k_norm), cos, sin)
+        return q, k, qkv[:, :, n_q + Hkv:]
+
+    def _mlp_residual(self, lw: _Layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        x = x + self._rms(F.linear(attn, lw.w_o), lw.ln_post_attn)
+        gate, up = F.linear(self._rms(x, lw.ln_pre_ff), lw.w_gate_up).chunk(2, dim=-1)
+        return x + self._rms(F.linear(F.gelu(gate, approximate="tanh").mul_(up), lw.w_down), lw.ln_post_ff)
+
+    def __call__(self, model, ids: torch.Tensor, prefix, *, capture: bool, select=None):
+        """Rows ``ids`` (B, S), right-padded. ``prefix``: the PrefixKV all rows continue, or [(PrefixKV, n rows)]
+        groups in row order (rows of a batch may continue different prefixes). ``select`` = (rows, offsets) of
+        the positions whose final hidden state is wanted. Returns hidden (R, d) at ``select`` (all (B, S, d)
+        without it) and, with ``capture``, each layer's suffix keys/values (B, Hkv, S, D)."""
+        B, S = ids.shape
+        groups = [(prefix, B)] if isinstance(prefix, PrefixKV) else list(prefix)
+        if sum(n for _, n in groups) != B:
+            raise ValueError(f"prefix groups cover {sum(n for _, n in groups)} rows, the batch has {B}")
+        starts = torch.tensor([p.length for p, n in groups for _ in range(n)], device=ids.device)
+        pos = starts[:, None] + torch.arange(S, device=ids.device)  # (B, S) absolute positions
+        x = self.embed(ids)  # (B, S, d)
+        ropes = {}
+        for t in {lw.layer_type for lw in self.layers}:
+            cos, sin = self.rotary(x, pos, t)  # (B, S, D)
+            ropes[t] = (cos.unsqueeze(2), sin.unsqueeze(2))
+        captured = [] if capture else None
+        last = len(self.layers) - 1
+        for i, lw in enumerate(self.layers):
+            h = self._rms(x, lw.ln_in)
+            pruned = i == last and select is not None
+            q, k, v = self._qkv(lw, h, ropes[lw.layer_type], B, S, with_q=not pruned)
+            # (B, Hkv, S, D), own memory: children's prefixes are views of it, and must not hold the q/k/v output
+            k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+            if capture:
+                captured.append((k, v))
+            if pruned:  # only the read positions continue: their queries from their own hidden states
+                rows, offs = select
+                qs = F.linear(h[rows, offs], lw.w_qkv[:self.heads * self.head_dim])
+                cos, sin = ropes[lw.layer_type]
+                qs = _rotate(self._rms(qs.view(-1, self.heads, self.head_dim), lw.q_norm),
+                             cos[rows, offs], sin[rows, offs])  # (R, Hq, D)
+                o = torch.empty_like(qs)
+                a = 0
+                for pre, n in groups:
+                    mine = (rows >= a) & (rows < a + n)
+                    kp, vp = pre.layer(i, k)
+                    o[mine] = attend_selected(qs[mine], rows[mine] - a, offs[mine], kp, vp, k[a:a + n],
+                                              v[a:a + n], scale=self.scale, window=lw.window, softcap=self.softcap)
+                    a += n
+                x = self._mlp_residual(lw, x[rows, offs], o.reshape(len(rows), self.heads * self.head_dim))
+                return self._rms(x, self.final_norm), captured
+            qt = q.transpose(1, 2)  # (B, Hq, S, D)
+            outs, a = [], 0
+            for pre, n in groups:
+                kp, vp = pre.layer(i, k)
+                outs.append(shared_prefix_attention(qt[a:a + n], kp, vp, k[a:a + n], v[a:a + n], scale=self.scale,
+                                                    sliding_window=lw.window, softcap=self.softcap))
+                a += n
+            o = outs[0] if len(outs) == 1 else torch.cat(outs)  # (B, Hq, S, D)
+            x = self._mlp_residual(lw, x, o.transpose(1, 2).reshape(B, S, -1))
+        x = self._rms(x, self.final_norm)
+        return (x if select is None else x[select[0], select[1]]), captured
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE with the half-split convention of transformers' ``rotate_half``: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def attend_selected(q, rows, offs, k_prefix, v_prefix, k, v, *, scale: float, window: int | None,
+                    softcap: float | None) -> torch.Tensor:
+    """Attention of R single queries: query r is row ``rows[r]`` at suffix offset ``offs[r]`` and sees the shared
+    prefix (Hkv, L, D) and its row's suffix keys (B, Hkv, S, D) up to that offset. q: (R, Hq, D) -> (R, Hq, D)."""
+    R, Hq, D = q.shape
+    Hkv, L, _ = k_prefix.shape
+    S = k.shape[2]
+    G = Hq // Hkv
+    qf = q.float().view(R, Hkv, G, D)
+    keys = torch.cat([k_prefix.float().unsqueeze(0).expand(R, -1, -1, -1), k[rows].float()], dim=2)  # (R,Hkv,L+S,D)
+    vals = torch.cat([v_prefix.float().unsqueeze(0).expand(R, -1, -1, -1), v[rows].float()], dim=2)
+    scores = torch.einsum("rhgd,rhkd->rhgk", qf, keys) * scale  # (R, Hkv, G, L + S)
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    qpos = (L + offs).unsqueeze(1)  # (R, 1) absolute positions
+    kpos = torch.arange(L + S, device=q.device).unsqueeze(0)  # (1, L + S)
+    visible = kpos <= qpos
+    if window is not None:
+        visible = visible & (qpos - kpos < window)
+    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+    out = torch.einsum("rhgk,rhkd->rhgd", torch.softmax(scores, dim=-1), vals)
+    return out.reshape(R, Hq, D).to(q.dtype)

@@ -1,0 +1,97 @@
+"""The native Gemma-3 step function: parity with transformers' own forward, no memory added, clear refusals.
+
+Tolerance (fp32): hidden states within 1e-4 of transformers' (fused GEMMs reassociate sums); label
+probabilities are checked against the plain path in test_engine.py (1e-5).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import fresh_tiny_lm
+from logitjudge_kernels import attention_ref
+
+from logitjudge.engine import Engine, EngineError
+from logitjudge.forward import PrefixKV
+from logitjudge.models import LoadedModel
+from logitjudge.native import NativeGemma3, attend_selected, native_support
+
+
+def _ids(lm, n: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, lm.model.config.vocab_size, (1, n), generator=g)
+
+
+@torch.inference_mode()
+def test_native_matches_transformers_forward_and_cache():
+    lm = fresh_tiny_lm(softcap=None)
+    model = lm.model
+    ids = _ids(lm, 40)  # past the 24-token sliding window
+    ref = model.get_decoder()(input_ids=ids, use_cache=True)
+    native = NativeGemma3(model)
+    hidden, captured = native(model, ids, PrefixKV.empty(4), capture=True)
+    assert hidden.shape == ref.last_hidden_state.shape
+    assert (hidden - ref.last_hidden_state).abs().max().item() < 1e-4
+    for (k, v), layer in zip(captured, ref.cache.layers):
+        n = layer.keys.shape[2]  # sliding layers keep only their window's last tokens
+        assert (k[:, :, -n:] - layer.keys).abs().max().item() < 1e-4
+        assert (v[:, :, -n:] - layer.values).abs().max().item() < 1e-4
+    # continuing after a prefix: rows of different content, selected positions only (last layer pruned)
+    prefix = PrefixKV([k[0, :, :30] for k, _ in captured], [v[0, :, :30] for _, v in captured], 30)
+    rows = torch.cat([ids[:, 30:], _ids(lm, 10, seed=1)])  # (2, 10)
+    rows_sel, offs = torch.tensor([0, 1, 1]), torch.tensor([9, 0, 6])
+    got, _ = native(model, rows, prefix, capture=False, select=(rows_sel, offs))
+    for r, (row, off) in enumerate(zip(rows_sel.tolist(), offs.tolist())):
+        full = torch.cat([ids[:, :30], rows[row:row + 1, :off + 1]], dim=1)
+        want = model.get_decoder()(input_ids=full).last_hidden_state[0, -1]
+        assert (got[r] - want).abs().max().item() < 1e-4
+
+
+def test_fused_weights_are_views_and_model_still_runs():
+    lm = fresh_tiny_lm()
+    model = lm.model
+    ids = _ids(lm, 12)
+    with torch.inference_mode():
+        before = model(input_ids=ids).logits
+    n_bytes = sum(p.numel() for p in model.parameters())
+    native = NativeGemma3(model)
+    attn = model.get_decoder().layers[0].self_attn
+    fused = native.layers[0].w_qkv
+    assert attn.q_proj.weight.data_ptr() == fused.data_ptr()  # a view into the fused matrix, not a copy
+    assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+    assert sum(p.numel() for p in model.parameters()) == n_bytes
+    with torch.inference_mode():
+        after = model(input_ids=ids).logits
+    assert torch.equal(before, after)
+
+
+def test_attend_selected_matches_plain_attention():
+    g = torch.Generator().manual_seed(3)
+    B, Hq, Hkv, S, L, D = 3, 4, 2, 9, 11, 16
+    q_all = torch.randn(B, Hq, S, D, generator=g)
+    kp, vp = torch.randn(Hkv, L, D, generator=g), torch.randn(Hkv, L, D, generator=g)
+    k, v = torch.randn(B, Hkv, S, D, generator=g), torch.randn(B, Hkv, S, D, generator=g)
+    rows, offs = torch.tensor([0, 2, 2, 1]), torch.tensor([8, 0, 5, 3])
+    for window, softcap in [(None, None), (6, None), (4, 20.0)]:
+        got = attend_selected(q_all[rows, :, offs], rows, offs, kp, vp, k, v, scale=0.25, window=window,
+                              softcap=softcap)
+        keys = torch.cat([kp.unsqueeze(0).expand(B, -1, -1, -1), k], dim=2)
+        vals = torch.cat([vp.unsqueeze(0).expand(B, -1, -1, -1), v], dim=2)
+        full = attention_ref(q_all, keys, vals, scale=0.25, causal_offset=L, sliding_window=window,
+                             softcap=softcap)  # (B, Hq, S, D)
+        assert (got - full[rows, :, offs]).abs().max().item() < 1e-5
+
+
+def test_unsupported_models_fall_back_or_are_refused():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    lm = fresh_tiny_lm()
+    cfg = LlamaConfig(vocab_size=lm.model.config.vocab_size, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    llama = LoadedModel(LlamaForCausalLM(cfg).eval(), lm.tokenizer, "tiny-llama")
+    assert "llama" in native_support(llama.model)
+    assert Engine(llama).prefix_mode == "shared"  # auto
+    with pytest.raises(EngineError, match="native.*llama.*shared"):
+        Engine(llama, prefix_mode="native")
+    assert native_support(lm.model) is None
+    assert Engine(lm).prefix_mode == "native"
