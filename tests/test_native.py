@@ -56,7 +56,7 @@ def test_fused_weights_are_views_and_model_still_runs():
     n_bytes = sum(p.numel() for p in model.parameters())
     native = NativeGemma3(model)
     attn = model.get_decoder().layers[0].self_attn
-    fused = native.layers[0].w_qkv
+    fused = native.layers[0].w_qkv.weight
     assert attn.q_proj.weight.data_ptr() == fused.data_ptr()  # a view into the fused matrix, not a copy
     assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
     assert sum(p.numel() for p in model.parameters()) == n_bytes
