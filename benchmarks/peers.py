@@ -18,7 +18,8 @@ Peers (each in its own subprocess, so that its peak RSS is its own):
 * ``floor``: 2 x non-embedding parameters x trie tokens (the distinct tokens any exact method must run,
   ``Workload.trie_tokens``) / the fp32 matmul rate measured here on the model's layer shapes ((512 x 640) @
   (640 x {1024, 256, 256, 2048, 2048}), (512 x 1024) @ (1024 x 640), (512 x 2048) @ (2048 x 640), best of 20,
-  measured again before every workload; the fastest measurement so far is used).
+  measured again before every workload; the fastest measurement so far is used), the faster of MKL through
+  ``F.linear`` and oneDNN with pre-packed weights (the path ``logitjudge.native`` takes; ~15% faster here).
   Attention and the read-out are not in it; ``floor+attn`` adds the attention FLOPs (4 x heads x head_dim x the
   (query, key) pairs of the trie tokens, sliding windows applied per layer): at these lengths they are ~15-20%
   of the matmul FLOPs. The JSON has the read-out FLOPs too.
@@ -100,8 +101,9 @@ def _torch_runner(peer: str, wl: dict, threads: int):
     if peer == "batched":
         return (lambda w=False: (batched_prompt_logprobs(lm.model, warm[0] if w else flat, batch_size=16),
                                  summary["padded_tokens_b16"])), extra
-    engine = Engine(lm, prefix_mode="shared")
+    engine = Engine(lm)
     extra["token_budget"] = engine.token_budget
+    extra["prefix_mode"] = engine.prefix_mode
 
     def run(w: bool = False):
         before = engine.stats["tokens"]
@@ -218,10 +220,16 @@ def matmul_rate(threads: int, rows: int = 512, reps: int = 20) -> dict:
         return min(ts)
 
     t_layer = best(lambda: [F.linear(xs[i], w) for (i, _), w in zip(shapes, ws)])
+    rates = {"mkl_linear": flops / t_layer}
+    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        packed = [torch.ops.mkldnn._reorder_linear_weight(w, rows) for w in ws]  # as logitjudge.native packs
+        t_packed = best(lambda: [torch.ops.mkldnn._linear_pointwise(xs[i], p, None, "none", [], "")
+                                 for (i, _), p in zip(shapes, packed)])
+        rates["onednn_packed"] = flops / t_packed
     a, b = torch.randn(rows, 640), torch.randn(640, 2048)
     t_single = best(lambda: a @ b)
-    return {"rows": rows, "threads": threads, "layer_flops_per_s": flops / t_layer,
-            "x640_at_640x2048_flops_per_s": 2 * rows * 640 * 2048 / t_single}
+    return {"rows": rows, "threads": threads, "layer_flops_per_s": max(rates.values()),
+            "layer_flops_per_s_by_path": rates, "x640_at_640x2048_flops_per_s": 2 * rows * 640 * 2048 / t_single}
 
 
 def model_facts() -> dict:

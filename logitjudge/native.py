@@ -5,7 +5,10 @@ larger kernels, because on a CPU the time goes to GEMMs and to the passes over m
 
 * q/k/v and gate/up run as one GEMM each; the model's own ``nn.Linear`` weights become views into the fused
   matrices, so no memory is added and the model still runs unchanged through transformers;
-* RMSNorm is one fused op (fp32 inside, as Gemma's), rotary tables are computed once per call;
+* on CPU in fp32 the projection weights are also kept pre-packed for oneDNN (no per-call re-layout);
+* RMSNorm is one op (fp32 inside, as Gemma's), rotary tables are computed once per call;
+* one call may hold rows that continue different prefixes (groups of rows, each with its own
+  :class:`~logitjudge.forward.PrefixKV`): the GEMMs run over all rows, attention per group;
 * in the last layer only the positions that are read (``select``) go through the query projection, attention,
   output projection, MLP and final norm: the other positions only need their keys and values, for later tokens.
 
@@ -142,15 +145,12 @@ class NativeGemma3:
             pack = w.device.type == "cpu" and w.dtype == torch.float32 and size <= PACK_MAX_BYTES
         self.packed = bool(pack) and _packing_available()
         self.layers = []
+        pk = self.packed
         for i, layer in enumerate(layers):
-            a = layer.self_attn
-
-            def weight(t, pk=self.packed):
-                return _Weight(t, pk)
-
+            a, mlp = layer.self_attn, layer.mlp
             self.layers.append(_Layer(
-                weight(_fuse((a.q_proj, a.k_proj, a.v_proj))), weight(a.o_proj.weight.detach()),
-                weight(_fuse((layer.mlp.gate_proj, layer.mlp.up_proj))), weight(layer.mlp.down_proj.weight.detach()),
+                _Weight(_fuse((a.q_proj, a.k_proj, a.v_proj)), pk), _Weight(a.o_proj.weight.detach(), pk),
+                _Weight(_fuse((mlp.gate_proj, mlp.up_proj)), pk), _Weight(mlp.down_proj.weight.detach(), pk),
                 _norm_weight(layer.input_layernorm), _norm_weight(layer.post_attention_layernorm),
                 _norm_weight(layer.pre_feedforward_layernorm), _norm_weight(layer.post_feedforward_layernorm),
                 _norm_weight(a.q_norm), _norm_weight(a.k_norm), cfg.layer_types[i], a.sliding_window))
@@ -161,7 +161,7 @@ class NativeGemma3:
     def _qkv(self, lw: _Layer, h: torch.Tensor, rope, B: int, S: int, *, with_q: bool = True):
         """Normed, rotated q (B, S, Hq, D) (None unless ``with_q``), k and v (B, S, Hkv, D)."""
         H, Hkv, D = self.heads, self.kv_heads, self.head_dim
-        cos, sin = rope  # (1, S, 1, D)
+        cos, sin = rope  # (B, S, 1, D)
         qkv = lw.w_qkv(h) if with_q else F.linear(h, lw.w_qkv.weight[H * D:])
         qkv = qkv.view(B, S, -1, D)  # (B, S, [Hq +] 2 Hkv, D)
         n_q = H if with_q else 0
