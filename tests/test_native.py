@@ -6,6 +6,7 @@ probabilities are checked against the plain path in test_engine.py (1e-5).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from conftest import fresh_tiny_lm
@@ -95,3 +96,27 @@ def test_unsupported_models_fall_back_or_are_refused():
         Engine(llama, prefix_mode="native")
     assert native_support(lm.model) is None
     assert Engine(lm).prefix_mode == "native"
+
+
+BF16_PROB_ATOL = 0.05  # stated bf16 tolerance vs fp32; measured max 0.026 on 80 prompts (benchmarks/peers.py)
+
+
+@pytest.mark.slow
+def test_bf16_within_stated_tolerance_of_fp32(gemma_lm):
+    """bf16 weights and activations (AVX-512 BF16 GEMMs on CPU), read-out in fp32, against the exact fp32 path."""
+    from logitjudge import orderings
+    from logitjudge.items import Item
+    from logitjudge.models import load_model
+    from logitjudge.rubric import builtin_rubric
+    from logitjudge.scoring import score
+
+    lm16 = load_model("gemma-3-270m", dtype="bf16")
+    items = [Item("a", "The cat sat on the mat. It was a quiet, sunny afternoon, and nothing happened at all."),
+             Item("b", "Our results show a 3% gain on the benchmark, although the baseline was not tuned.")]
+    rub, orders = builtin_rubric("default"), orderings.balanced(5)
+    eng16 = Engine(lm16)
+    assert eng16.prefix_mode == "native" and next(lm16.model.parameters()).dtype == torch.bfloat16
+    p16 = score(lm16, items, rub, orders, engine=eng16, progress=False).probs
+    p32 = score(gemma_lm, items, rub, orders, progress=False).probs
+    err = np.abs(p16 - p32).max()
+    assert 0 < err <= BF16_PROB_ATOL
