@@ -191,6 +191,27 @@ def _additive_mask(vis: torch.Tensor, dtype) -> torch.Tensor | None:
     return torch.zeros(vis.shape, dtype=dtype, device=vis.device).masked_fill_(~vis, float("-inf"))
 
 
+SUFFIX_BAND_ROWS = 256  # query rows per block when a sliding window cuts the suffix
+
+
+def _suffix_cpu(q, k, v, scale: float, window: int | None):
+    """Causal (and windowed) attention of each row's queries (B, H, S, D) to its own keys (B, H, S, D): one
+    causal kernel call (the kernel skips masked blocks) while the window does not cut; else query blocks, each
+    against the keys its window can reach, so the work grows with S x window, not S^2."""
+    S = q.shape[2]
+    if window is None or S <= window:
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True, scale=scale)
+    outs, lses = [], []
+    for a in range(0, S, SUFFIX_BAND_ROWS):
+        b = min(S, a + SUFFIX_BAND_ROWS)
+        lo = max(0, a - window + 1)
+        vis = _visible(torch.arange(a, b, device=q.device), torch.arange(lo, b, device=q.device), window)
+        o, lse = _flash_cpu(q[:, :, a:b], k[:, :, lo:b], v[:, :, lo:b], scale, _additive_mask(vis, q.dtype))
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2)
+
+
 def shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
                                 sliding_window: int | None = None) -> torch.Tensor:
     """CPU fast path of the same method: both parts through ATen's fused flash-attention kernel for CPU (blocked,
@@ -201,14 +222,8 @@ def shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, *, sc
     Hkv, L, _ = k_prefix.shape
     G = Hq // Hkv
     pos = torch.arange(S, device=q.device)
-    # suffix: each row's queries against its own keys, causal (every query sees at least its own key)
-    if sliding_window is None or S <= sliding_window:  # plain causal: the kernel skips the masked blocks
-        o_s, lse_s = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, _expand_heads(k_suffix, G), _expand_heads(v_suffix, G), 0.0, True, scale=scale)
-        o_s, lse_s = o_s.reshape(B, Hkv, G * S, D), lse_s.reshape(B, Hkv, G * S)
-    else:  # (B, Hkv, G*S, D) stacked queries and an explicit causal + window mask
-        mask = _additive_mask(_visible(pos.repeat(G), pos, sliding_window), q.dtype)
-        o_s, lse_s = _flash_cpu(q.reshape(B, Hkv, G * S, D), k_suffix, v_suffix, scale, mask)
+    o_s, lse_s = _suffix_cpu(q, _expand_heads(k_suffix, G), _expand_heads(v_suffix, G), scale, sliding_window)
+    o_s, lse_s = o_s.reshape(B, Hkv, G * S, D), lse_s.reshape(B, Hkv, G * S)
     if L == 0:
         return o_s.reshape(B, Hq, S, D).to(q.dtype)
     lo = 0 if sliding_window is None else max(0, L - sliding_window + 1)  # keys before lo are out of every window

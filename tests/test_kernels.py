@@ -166,6 +166,17 @@ def test_attention_cpu_fused(dtype, L, D, Hq, Hkv, window, softcap):
         assert torch.equal(shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=window), out)
 
 
+def test_attention_cpu_fused_bands_long_suffix(monkeypatch):
+    """A window shorter than the suffix: query blocks of 3 rows, each against the keys its window reaches."""
+    import logitjudge_kernels.prefix_attention as pa
+
+    monkeypatch.setattr(pa, "SUFFIX_BAND_ROWS", 3)
+    for L, window in ((0, 4), (5, 4), (6, 9)):
+        inputs = _attn_inputs(2, 4, 2, 11, L, 32, torch.float32, seed=7)
+        out = shared_prefix_attention_cpu(*inputs, scale=0.2, sliding_window=window)
+        _assert_attention_close(out, inputs, scale=0.2, sliding_window=window, softcap=None)
+
+
 def test_attention_ref_chunks_long_prefix(monkeypatch):
     import logitjudge_kernels.prefix_attention as pa
 
