@@ -115,6 +115,9 @@ def _criterion_verdict(name: str, chi: dict | None, reason: str | None) -> str:
     if chi is None:
         return f"{name}: position bias not tested ({reason})"
     v = f"Cramér's V {_ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high', 2)}"
+    lo, hi = chi.get("cramers_v_ci_low"), chi.get("cramers_v_ci_high")
+    if lo is not None and lo == hi:  # every bootstrap resample alike: the items chose the same positions
+        v += " (no spread: every item chose alike, so the interval has no width)"
     if chi["label"] != "none":
         return f"{name}: {chi['label']}-position bias, {v}"
     if chi["pvalue"] is not None and chi["pvalue"] < chi["alpha"]:

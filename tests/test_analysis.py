@@ -143,3 +143,13 @@ def test_analyze_partial_human_scores_and_systems(planted):
     assert "C1" not in res["alignment"]
     assert "no human scores for criterion 'C1'" in res["skipped"]["alignment.C1"]
     json.dumps(res, allow_nan=False)
+
+
+def test_verdict_names_a_degenerate_interval():
+    """A judge whose answers do not vary across items: the bootstrap CI has no width, and the verdict says why."""
+    t = planted_table(40, 4, position_bias=[1.5, 0, 0, 0], content_scale=0.0, rng=0)
+    res = analyze(t, n_boot=50)
+    assert res["verdict"].startswith("first-position bias")
+    assert "no spread: every item chose alike" in res["verdict"]
+    t = planted_table(150, 4, position_bias=[0, 0, 0, 0.8], prompt_noise=0.4, rng=2)
+    assert "no spread" not in analyze(t, n_boot=50)["verdict"]
