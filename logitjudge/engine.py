@@ -128,13 +128,7 @@ class Engine:
         """Right-padded batches within the token budget, longest rows first. Padded positions cost as much as real
         ones, so a much shorter row starts a new batch. Rows continuing different prefixes share a batch only
         where the forward takes several prefixes (native mode)."""
-        if self.prefix_mode == "native":
-            pools = [entries]
-        else:
-            by_prefix: dict[int, list] = {}
-            for e in entries:
-                by_prefix.setdefault(id(e[2]), []).append(e)
-            pools = list(by_prefix.values())
+        pools = [entries] if self.prefix_mode == "native" else _by_prefix(entries)
         for pool in pools:
             order = sorted(pool, key=lambda e: -len(e[1].tokens))
             start = 0
@@ -150,11 +144,9 @@ class Engine:
 
     def _batch(self, chunk: list, results: list[JobResult]) -> list:
         """One forward call over the chunk's segments; queues its reads and returns the next level's entries."""
-        by_prefix: dict[int, list] = {}  # rows of one prefix are contiguous: (prefix, rows) groups
-        for e in chunk:
-            by_prefix.setdefault(id(e[2]), []).append(e)
-        chunk = [e for rows in by_prefix.values() for e in rows]
-        groups = [(rows[0][2], len(rows)) for rows in by_prefix.values()]
+        by_prefix = _by_prefix(chunk)  # rows of one prefix are contiguous: (prefix, rows) groups
+        chunk = [e for rows in by_prefix for e in rows]
+        groups = [(rows[0][2], len(rows)) for rows in by_prefix]
         B = len(chunk)
         S = max(len(n.tokens) for _, n, _ in chunk)
         ids = torch.zeros((B, S), dtype=torch.long)
@@ -210,6 +202,14 @@ class Engine:
             out.append([np.array([sum(r.logprobs[(p, o, t)] for t in range(len(c)))
                                   for o, c in enumerate(ep.continuation_ids)]) for p, ep in enumerate(g)])
         return out
+
+
+def _by_prefix(entries: list) -> list[list]:
+    """(job, node, prefix) entries grouped by the prefix object they continue, in order of first appearance."""
+    groups: dict[int, list] = {}
+    for e in entries:
+        groups.setdefault(id(e[2]), []).append(e)
+    return list(groups.values())
 
 
 def prompt_job(prompts: list[EncodedPrompt]) -> Job:

@@ -72,6 +72,8 @@ class PrefixKV:
             raise ValueError(f"cannot truncate a prefix of {self.length} tokens to {n}")
         if n == self.length:
             return self
+        if n == 0:
+            return PrefixKV.empty(self.n_layers)
         start = self.parent.length if self.parent is not None else 0
         if n <= start:
             return self.parent.truncate(n)

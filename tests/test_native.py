@@ -120,3 +120,53 @@ def test_bf16_within_stated_tolerance_of_fp32(gemma_lm):
     p32 = score(gemma_lm, items, rub, orders, progress=False).probs
     err = np.abs(p16 - p32).max()
     assert 0 < err <= BF16_PROB_ATOL
+
+
+def test_levels_run_as_one_batch_each_across_parents():
+    """Native mode batches a trie level's segments whatever prefix they continue (split only by the padding
+    rule); the transformers path needs a call per parent. Same probabilities either way."""
+    from logitjudge import orderings
+    from logitjudge.engine import prompt_job
+    from logitjudge.items import Item
+    from logitjudge.prompts import Template
+    from logitjudge.rubric import builtin_rubric
+    from logitjudge.scoring import item_prompts
+    from logitjudge.trie import build, count_tokens
+
+    lm = fresh_tiny_lm()
+    story = "Once upon a time a cat sat on the mat and the dog barked at the moon. " * 3
+    g = item_prompts(lm, builtin_rubric("default"), Item("s", story), orderings.balanced(5), Template())
+    roots = build(prompt_job(g).sequences, prompt_job(g).reads)
+
+    def depth(nodes):
+        return 1 + max((depth(n.children) for n in nodes if n.children), default=0)
+
+    native, hf = Engine(lm, prefix_mode="native"), Engine(lm, prefix_mode="shared")
+    a, b = native.prompt_logprobs([g])[0], hf.prompt_logprobs([g])[0]
+    assert depth(roots) <= native.stats["forward_calls"] < hf.stats["forward_calls"]
+    assert native.stats["tokens"] == count_tokens(roots) <= native.stats["padded_tokens"]
+    assert max(np.abs(x - y).max() for x, y in zip(a, b)) < 5e-5
+
+
+def test_prefix_chain_layers_and_truncation():
+    g = torch.Generator().manual_seed(0)
+    full_k = [torch.randn(2, 9, 4, generator=g) for _ in range(3)]  # 3 layers, (Hkv, L, D)
+    full_v = [torch.randn(2, 9, 4, generator=g) for _ in range(3)]
+    root = PrefixKV([k[:, :4] for k in full_k], [v[:, :4] for v in full_v], 4)
+    cap = [(k[None, :, 4:], v[None, :, 4:]) for k, v in zip(full_k, full_v)]  # one captured row of 5 tokens
+    child = root.extend(cap, 0, 3)  # tokens 4..6
+    grand = child.extend([(k[:, :, 3:], v[:, :, 3:]) for k, v in cap], 0, 2)  # tokens 7..8
+    assert (child.length, grand.length) == (7, 9)
+    for i in range(3):
+        assert torch.equal(grand.layer(i)[0], full_k[i]) and torch.equal(grand.layer(i)[1], full_v[i])
+        assert torch.equal(child.keys[i], full_k[i][:, :7])
+    for n in range(10):  # truncation walks up the chain, never copies
+        t = grand.truncate(n)
+        assert t.length == n
+        if n:
+            assert torch.equal(t.layer(1)[0], full_k[1][:, :n])
+        else:
+            assert t.layer(1, like=cap[0][0])[0].shape == (2, 0, 4)
+    assert grand.truncate(4) is root and grand.truncate(7) is child
+    with pytest.raises(ValueError, match="cannot truncate"):
+        grand.truncate(10)
