@@ -66,16 +66,20 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--token-budget", type=int, default=4096)
+    ap.add_argument("--prefix-mode", default="auto", choices=["auto", "native", "shared", "copy"],
+                    help="the engine's forward path (A/B the native step function against transformers')")
     ap.add_argument("--out", default="benchmarks/results/engine.json")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     lm = load_model(args.model, dtype=args.dtype, device=args.device)
-    engine = Engine(lm, token_budget=args.token_budget)
-    report = {"model": args.model, "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(),
+    engine = Engine(lm, token_budget=args.token_budget, prefix_mode=args.prefix_mode)
+    report = {"model": args.model, "dtype": args.dtype, "device": args.device, "prefix_mode": engine.prefix_mode,
+              "threads": torch.get_num_threads(),
               "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "workloads": []}
-    print(f"# engine benchmark: {args.model} {args.dtype} on {args.device}, {torch.get_num_threads()} threads")
+    print(f"# engine benchmark: {args.model} {args.dtype} on {args.device}, {torch.get_num_threads()} threads, "
+          f"prefix_mode={engine.prefix_mode}")
     for name in args.workloads.split(","):
         wl = workloads.build(name, lm)
         groups = wl.groups
