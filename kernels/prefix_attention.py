@@ -179,7 +179,7 @@ def _flash_cpu(q, k, v, scale: float, mask: torch.Tensor | None):
 
 
 def _expand_heads(x: torch.Tensor, G: int) -> torch.Tensor:
-    """(B, Hkv, S, D) -> (B, Hkv*G, S, D) as a stride-0 view (GQA without copies)."""
+    """(B, Hkv, S, D) -> (B, Hkv*G, S, D) for GQA: a stride-0 view when Hkv == 1 (Gemma-3-270M), else a copy."""
     B, Hkv, S, D = x.shape
     return x.unsqueeze(2).expand(B, Hkv, G, S, D).reshape(B, Hkv * G, S, D)
 

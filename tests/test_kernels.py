@@ -281,6 +281,7 @@ def test_attention_input_validation(fn, mutate, message):
     (dict(scale=0.25, sliding_window=0), "sliding_window"),
     (dict(scale=0.25, sliding_window=2.5), "sliding_window"),
     (dict(scale=0.25, softcap=-3.0), "softcap"), (dict(scale=0.25, backend="cuda"), "backend"),
+    (dict(scale=0.25, softcap=20.0, backend="cpu"), "no soft-cap; use backend='ref'"),
 ])
 def test_attention_option_validation(kw, message):
     with pytest.raises(ValueError, match=message):
