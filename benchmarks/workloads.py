@@ -106,25 +106,8 @@ class Workload:
         lens = sorted((len(p.prompt_ids) for p in self.prompts), reverse=True)
         return sum(len(lens[s:s + batch_size]) * lens[s] for s in range(0, len(lens), batch_size))
 
-    @property
-    def trie_tokens(self) -> int:
-        total = 0
-        for g in self.groups:
-            root: dict = {}
-            for p in g:
-                for s in _sequences(p):
-                    node = root
-                    for t in s:
-                        if t not in node:
-                            node[t] = {}
-                            total += 1
-                        node = node[t]
-        return total
-
-    def trie_context(self, window: int | None = None) -> int:
-        """Sum over the trie's tokens of the keys each attends to (its position + 1, at most ``window``): the
-        attention work of one layer that any exact method must do, in units of (query, key) pairs."""
-        total = 0
+    def _trie_depths(self):
+        """The position (1-based) of every distinct token prefix of every item's sequences: one per trie node."""
         for g in self.groups:
             root: dict = {}
             for p in g:
@@ -133,9 +116,17 @@ class Workload:
                     for depth, t in enumerate(s, 1):
                         if t not in node:
                             node[t] = {}
-                            total += depth if window is None else min(depth, window)
+                            yield depth
                         node = node[t]
-        return total
+
+    @property
+    def trie_tokens(self) -> int:
+        return sum(1 for _ in self._trie_depths())
+
+    def trie_context(self, window: int | None = None) -> int:
+        """Sum over the trie's tokens of the keys each attends to (its position + 1, at most ``window``): the
+        attention work of one layer that any exact method must do, in units of (query, key) pairs."""
+        return sum(d if window is None else min(d, window) for d in self._trie_depths())
 
     @property
     def n_reads(self) -> int:
