@@ -22,6 +22,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-budget", type=int, default=4096, help="rows x padded tokens per forward batch")
     p.add_argument("--prefix-mode", default="auto", choices=["auto", "native", "shared", "copy"],
                    help="auto: the native Gemma-3 step function where supported, else shared")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: the CPUs this process may run on)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_score(args) -> int:
     from .engine import Engine
     from .items import read_items
-    from .models import load_model
+    from .models import load_model, set_threads
     from .orderings import parse
     from .prompts import load_template
     from .rubric import load_rubric
@@ -81,6 +83,7 @@ def cmd_score(args) -> int:
     from .distributed import current, rank_device
 
     device = rank_device(args.device, current(args.device))  # under torchrun: one GPU per rank
+    set_threads(args.threads)
     lm = load_model(args.model, dtype=args.dtype, device=device, quantize=args.quantize)
     engine = Engine(lm, token_budget=args.token_budget, prefix_mode=args.prefix_mode)
     if args.multi_criteria:

@@ -10,6 +10,7 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     device = "cpu"                     # cpu | cuda | cuda:N | auto
     token_budget = 4096
     prefix_mode = "auto"               # auto | native | shared | copy
+    # threads = 2                      # torch CPU threads (default: the CPUs this process may run on)
     # quantize = "4bit"                # 4bit | 8bit (CUDA only)
     [data]
     name = "hanna"                     # a data set (hanna, summeval, mt_bench, vicuna_bench) ...
@@ -74,6 +75,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
          "description": ("str", "", '"what this run is for"')},
     "model": {"id": ("str", "gemma-3-270m", '"gemma-3-270m"'), "dtype": ("fp32|bf16|fp16", "fp32", '"fp32"'),
               "device": ("str", "cpu", '"cpu"'), "token_budget": ("int", 4096, "4096"),
+              "threads": ("int", None, "2"),
               "prefix_mode": ("auto|native|shared|copy", "auto", '"auto"'),
               "quantize": ("4bit|8bit", None, '"4bit"')},
     "data": {"name": ("str", None, '"hanna"'), "texts": ("str", None, '"texts.jsonl"'),
@@ -317,9 +319,10 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
 
 def load_judge(spec: dict):
     """The judge model of a (validated) spec."""
-    from .models import load_model
+    from .models import load_model, set_threads
 
     m = spec["model"]
+    set_threads(m["threads"])
     model_id = m["id"]
     if spec["_base"] is not None and not Path(model_id).is_absolute() and (Path(spec["_base"]) / model_id).is_dir():
         model_id = str(Path(spec["_base"]) / model_id)

@@ -88,6 +88,20 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def set_threads(n: int | None = None) -> int:
+    """torch's CPU threads: ``n``, or (None) $OMP_NUM_THREADS if set (torchrun sets it per rank), else the CPUs
+    this process may run on (its affinity mask: a container often allows fewer than the machine has, and torch's
+    default then oversubscribes). Returns the count set."""
+    if n is None and os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    if n is None:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ModelError(f"threads must be a positive integer, got {n!r}")
+    torch.set_num_threads(n)
+    return n
+
+
 def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu",
                quantize: str | None = None, revision: str | None = None,
                attn_implementation: str = "sdpa") -> LoadedModel:

@@ -205,6 +205,7 @@ def run_meta(lm, rubric, template, engine, elapsed, extra=None) -> dict:
     return {"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype, "device": lm.device,
             "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
             "prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
+            "torch_threads": torch.get_num_threads(),
             "versions": {"logitjudge": __version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "numpy": np.__version__},
             "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats), **(extra or {})}

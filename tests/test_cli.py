@@ -45,10 +45,11 @@ def test_score_dump_and_analyze(tmp_path, model_dir, capsys):
     out = tmp_path / "table.npz"
     dump = tmp_path / "prompts.jsonl"
     rc = main(["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "balanced",
-               "--out", str(out), "--dump-prompts", str(dump), "--quiet"])
+               "--out", str(out), "--dump-prompts", str(dump), "--threads", "2", "--quiet"])
     assert rc == 0
     t = ScoreTable.load(out)
     assert t.shape == (8, 1, 10, 5)
+    assert t.meta["torch_threads"] == 2 and t.meta["prefix_mode"] == "native"
     lines = [json.loads(x) for x in dump.read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 8 * 10
     first = lines[0]
@@ -88,6 +89,9 @@ def test_clear_errors(tmp_path, model_dir, capsys):
     rc = main(["score", "--model", str(model_dir), "--texts", str(texts), "--quantize", "4bit", "--out",
                str(tmp_path / "x.npz"), "--quiet"])
     assert rc == 2 and "CUDA" in capsys.readouterr().err
+    rc = main(["score", "--model", str(model_dir), "--texts", str(texts), "--threads", "0", "--out",
+               str(tmp_path / "x.npz"), "--quiet"])
+    assert rc == 2 and "threads must be a positive integer" in capsys.readouterr().err
 
 
 CHILD = r"""

@@ -190,3 +190,25 @@ def test_builtin_templates_put_the_answer_on_its_own_line(tiny_lm):
         prompt = render_prompt(builtin_template(name), tiny_lm.tokenizer, r, Item("a", "A text."), 0, range(5))
         assert prompt.endswith(tail), (name, prompt[-60:])
     assert builtin_template("multi-criteria").answer_prefix == "\nAnswers:\n"
+
+
+def test_set_threads_defaults_and_refusals(monkeypatch):
+    import os
+
+    import torch
+
+    from logitjudge.models import ModelError, set_threads
+
+    before = torch.get_num_threads()
+    try:
+        assert set_threads(1) == 1 == torch.get_num_threads()
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        assert set_threads() == len(os.sched_getaffinity(0)) == torch.get_num_threads()
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun's per-rank setting is left alone
+        torch.set_num_threads(1)
+        assert set_threads() == 1
+        for bad in (0, -2, 1.5, True):
+            with pytest.raises(ModelError, match="threads must be a positive integer"):
+                set_threads(bad)
+    finally:
+        torch.set_num_threads(before)
