@@ -57,11 +57,7 @@ from .items import Item, read_items
 from .orderings import OrderingError, cross, parse
 from .rubric import Rubric, RubricError, load_rubric
 from .table import ScoreTable, TableError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .tomlfile import read_toml
 
 
 class SpecError(ValueError):
@@ -153,12 +149,7 @@ def load_spec(spec) -> dict:
     base = None
     if isinstance(spec, (str, Path)):
         p = Path(spec)
-        if not p.is_file():
-            raise SpecError(f"experiment spec {p} does not exist; see experiments/*.toml for examples")
-        try:
-            raw = tomllib.loads(p.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as e:
-            raise SpecError(f"experiment spec {p} is not valid TOML: {e}") from None
+        raw = read_toml(p, what="experiment spec", error=SpecError, hint="see experiments/*.toml for examples")
         base = str(p.resolve().parent)
     elif isinstance(spec, dict):
         raw = spec

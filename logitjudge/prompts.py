@@ -8,16 +8,11 @@ prompt + continuation together and split, here at the last token that ends insid
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .rubric import Criterion, Rubric
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .tomlfile import read_toml
 
 
 class PromptError(ValueError):
@@ -53,12 +48,7 @@ class Template:
     @classmethod
     def load(cls, path: str | Path) -> Template:
         p = Path(path)
-        if not p.exists():
-            raise PromptError(f"template file {p} does not exist")
-        try:
-            d = tomllib.loads(p.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as e:
-            raise PromptError(f"template file {p} is not valid TOML: {e}") from None
+        d = read_toml(p, what="template file", error=PromptError)
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(d) - known)
         if unknown:

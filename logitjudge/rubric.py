@@ -8,14 +8,10 @@ more criteria, all with the same number of options (the option-order permutation
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .tomlfile import read_toml
 
 
 class RubricError(ValueError):
@@ -152,16 +148,15 @@ class Rubric:
         p = Path(path)
         if not p.exists():
             raise RubricError(f"rubric file {p} does not exist")
-        text = p.read_text(encoding="utf-8")
-        try:
-            if p.suffix.lower() == ".toml":
-                d = tomllib.loads(text)
-            elif p.suffix.lower() == ".json":
-                d = json.loads(text)
-            else:
-                raise RubricError(f"rubric file {p}: unknown extension {p.suffix!r}; use .toml or .json")
-        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-            raise RubricError(f"rubric file {p} is not valid {p.suffix[1:].upper()}: {e}") from None
+        if p.suffix.lower() == ".toml":
+            d = read_toml(p, what="rubric file", error=RubricError)
+        elif p.suffix.lower() == ".json":
+            try:
+                d = json.loads(p.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as e:
+                raise RubricError(f"rubric file {p} is not valid JSON: {e}") from None
+        else:
+            raise RubricError(f"rubric file {p}: unknown extension {p.suffix!r}; use .toml or .json")
         return cls.from_dict(d, source=str(p))
 
     def save(self, path: str | Path) -> Path:

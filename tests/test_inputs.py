@@ -212,3 +212,23 @@ def test_set_threads_defaults_and_refusals(monkeypatch):
                 set_threads(bad)
     finally:
         torch.set_num_threads(before)
+
+
+def test_toml_files_name_the_file_and_the_fix(tmp_path):
+    """Templates, rubrics and experiment specs share one TOML reader: missing and invalid files are named."""
+    from logitjudge.experiment import SpecError, load_spec
+    from logitjudge.tomlfile import read_toml
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("x = [1,\n", encoding="utf-8")
+    for load, err, what in ((Template.load, PromptError, "template file"), (Rubric.load, RubricError, "rubric file"),
+                            (load_spec, SpecError, "experiment spec")):
+        with pytest.raises(err, match=f"{what} .*bad.toml is not valid TOML"):
+            load(bad)
+        with pytest.raises(err, match=f"{what} .*nope.toml does not exist"):
+            load(tmp_path / "nope.toml")
+    with pytest.raises(SpecError, match="see experiments/"):
+        load_spec(tmp_path / "nope.toml")
+    ok = tmp_path / "ok.toml"
+    ok.write_text('a = 1\n[b]\nc = "d"\n', encoding="utf-8")
+    assert read_toml(ok, what="file") == {"a": 1, "b": {"c": "d"}}
