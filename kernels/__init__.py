@@ -3,6 +3,8 @@
 Installed as ``logitjudge_kernels`` (the folder is ``kernels/``). Each kernel has a PyTorch reference
 (``*_ref``), a Triton implementation (``*_triton``, CUDA or ``TRITON_INTERPRET=1``) and a dispatcher
 taking ``backend="auto" | "ref" | "triton"`` (attention also ``"cpu"``: ATen's fused CPU flash attention).
+``cpu_norm``: fused fp32 RMSNorm / residual / RoPE row kernels in C for CPU (built with the system compiler at
+first use), each with its PyTorch reference; without a compiler the references run.
 """
 
 from ._triton_util import HAS_TRITON, interpreter_active, triton_usable

@@ -205,10 +205,22 @@ def run_meta(lm, rubric, template, engine, elapsed, extra=None) -> dict:
     return {"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype, "device": lm.device,
             "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
             "prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": torch.get_num_threads(), "row_kernels": _row_kernels(lm, engine),
             "versions": {"logitjudge": __version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "numpy": np.__version__},
             "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats), **(extra or {})}
+
+
+def _row_kernels(lm, engine) -> str | None:
+    """Which RMSNorm/RoPE row kernels the native path ran: the C ones, or the PyTorch references and why."""
+    if engine.prefix_mode != "native":
+        return None
+    if lm.device != "cpu" or lm.dtype != "fp32":
+        return "PyTorch reference (the C kernels are fp32 CPU only)"
+    from logitjudge_kernels.cpu_norm import cpu_kernels_status
+
+    status = cpu_kernels_status()
+    return "C" if status is None else f"PyTorch reference ({status})"
 
 
 def _progress(total: int, done: int, enabled: bool):

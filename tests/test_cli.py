@@ -50,6 +50,10 @@ def test_score_dump_and_analyze(tmp_path, model_dir, capsys):
     t = ScoreTable.load(out)
     assert t.shape == (8, 1, 10, 5)
     assert t.meta["torch_threads"] == 2 and t.meta["prefix_mode"] == "native"
+    from logitjudge_kernels.cpu_norm import cpu_kernels_status
+
+    assert t.meta["row_kernels"] == ("C" if cpu_kernels_status() is None else
+                                     f"PyTorch reference ({cpu_kernels_status()})")
     lines = [json.loads(x) for x in dump.read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 8 * 10
     first = lines[0]

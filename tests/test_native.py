@@ -23,8 +23,23 @@ def _ids(lm, n: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(4, lm.model.config.vocab_size, (1, n), generator=g)
 
 
+@pytest.fixture(params=["C", "reference"])
+def row_kernels(request, monkeypatch):
+    """Run once with the C row kernels (kernels/cpu_norm.c) and once with their PyTorch references."""
+    import logitjudge_kernels.cpu_norm as cn
+
+    if request.param == "reference":
+        monkeypatch.setenv("LOGITJUDGE_CPU_KERNELS", "0")
+    cn._library.cache_clear()
+    if request.param == "C" and cn.cpu_kernels_status() is not None:
+        pytest.skip(f"C kernels unavailable: {cn.cpu_kernels_status()}")
+    yield request.param
+    monkeypatch.undo()
+    cn._library.cache_clear()
+
+
 @torch.inference_mode()
-def test_native_matches_transformers_forward_and_cache():
+def test_native_matches_transformers_forward_and_cache(row_kernels):
     lm = fresh_tiny_lm(softcap=None)
     model = lm.model
     ids = _ids(lm, 40)  # past the 24-token sliding window

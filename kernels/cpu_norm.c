@@ -1,0 +1,87 @@
+/* Fused fp32 row kernels for the native Gemma-3 step function on CPU (see cpu_norm.py).
+ *
+ * Each row of a (rows, d) matrix is independent and small (d = 640 for Gemma-3-270M, one head = 256), so one
+ * pass that keeps the row in L1 replaces the 4-6 passes over memory of the composed torch ops (pow, mean,
+ * rsqrt, mul, mul; cat/neg/mul/add for RoPE). Rows are split across OpenMP threads (the libgomp that torch has
+ * already loaded: same SONAME, so one thread pool). The arithmetic follows the PyTorch references in
+ * cpu_norm.py op by op; only the order of the sum of squares differs (vectorised partial sums).
+ */
+#include <math.h>
+#include <stdint.h>
+
+static inline float row_inv_rms(const float *x, int64_t d, float eps) {
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t j = 0; j < d; j++) ss += x[j] * x[j];
+    return 1.0f / sqrtf(ss / (float)d + eps);
+}
+
+/* out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w; x rows at stride x_stride, out contiguous (rows, d). */
+void rms_norm_f32(const float *x, int64_t x_stride, const float *w, float *out, int64_t rows, int64_t d,
+                  float eps, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * x_stride;
+        float *o = out + r * d;
+        float inv = row_inv_rms(xr, d, eps);
+#pragma omp simd
+        for (int64_t j = 0; j < d; j++) o[j] = (xr[j] * inv) * w[j];
+    }
+}
+
+/* The residual step between Gemma-3 blocks:
+ *   x_out = x + rms_norm(y) * w_y           (post-attention / post-feed-forward norm, then the residual add)
+ *   h_out = rms_norm(x_out) * w_next        (the next block's input norm)
+ * x, y, x_out, h_out: contiguous (rows, d). */
+void residual_rms_norm_f32(const float *x, const float *y, const float *w_y, const float *w_next, float *x_out,
+                           float *h_out, int64_t rows, int64_t d, float eps, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d, *yr = y + r * d;
+        float *xo = x_out + r * d, *ho = h_out + r * d;
+        float inv_y = row_inv_rms(yr, d, eps);
+#pragma omp simd
+        for (int64_t j = 0; j < d; j++) xo[j] = xr[j] + (yr[j] * inv_y) * w_y[j];
+        float inv_x = row_inv_rms(xo, d, eps);
+#pragma omp simd
+        for (int64_t j = 0; j < d; j++) ho[j] = (xo[j] * inv_x) * w_next[j];
+    }
+}
+
+/* One head vector: rms-normed (weight w), then rotated (RoPE, half-split as transformers' rotate_half):
+ *   out = n * cos + cat(-n[half:], n[:half]) * sin,   n = head * rsqrt(mean(head^2) + eps) * w. */
+static inline void norm_rope_head(const float *head, const float *w, const float *cos, const float *sin,
+                                  float *out, int64_t D, float eps, float *tmp) {
+    float inv = row_inv_rms(head, D, eps);
+    int64_t half = D / 2;
+#pragma omp simd
+    for (int64_t j = 0; j < D; j++) tmp[j] = (head[j] * inv) * w[j];
+#pragma omp simd
+    for (int64_t j = 0; j < half; j++) out[j] = tmp[j] * cos[j] + (-tmp[j + half]) * sin[j];
+#pragma omp simd
+    for (int64_t j = half; j < D; j++) out[j] = tmp[j] * cos[j] + tmp[j - half] * sin[j];
+}
+
+/* Split a (B, S, Hq + 2 Hkv, D) q/k/v projection (rows at stride qkv_stride) into the attention layout:
+ *   q (B, Hq, S, D) = rope(rms_norm(q) * q_w),  k (B, Hkv, S, D) = rope(rms_norm(k) * k_w),  v (B, Hkv, S, D).
+ * cos, sin: contiguous (B, S, D). D <= 1024. */
+void qk_norm_rope_f32(const float *qkv, int64_t qkv_stride, const float *q_w, const float *k_w, const float *cos,
+                      const float *sin, float *q, float *k, float *v, int64_t B, int64_t S, int64_t Hq,
+                      int64_t Hkv, int64_t D, float eps, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < B * S; r++) {
+        float tmp[1024];
+        int64_t b = r / S, s = r % S;
+        const float *row = qkv + r * qkv_stride;
+        const float *c = cos + r * D, *sn = sin + r * D;
+        for (int64_t h = 0; h < Hq; h++)
+            norm_rope_head(row + h * D, q_w, c, sn, q + ((b * Hq + h) * S + s) * D, D, eps, tmp);
+        for (int64_t h = 0; h < Hkv; h++) {
+            norm_rope_head(row + (Hq + h) * D, k_w, c, sn, k + ((b * Hkv + h) * S + s) * D, D, eps, tmp);
+            const float *vh = row + (Hq + Hkv + h) * D;
+            float *vo = v + ((b * Hkv + h) * S + s) * D;
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) vo[j] = vh[j];
+        }
+    }
+}

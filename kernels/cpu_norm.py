@@ -1,0 +1,216 @@
+"""Fused fp32 RMSNorm / residual / RoPE row kernels for CPU, in C (``cpu_norm.c``), with PyTorch references.
+
+Between its GEMMs a Gemma-3 block makes ~20 passes over memory with composed torch ops (RMSNorm alone is pow,
+mean, add, rsqrt, mul, mul; RoPE is cat, neg, mul, mul, add; then transposes into the attention layout). Each of
+these kernels does its job in one pass over a row that stays in L1:
+
+* :func:`rms_norm` - ``x * rsqrt(mean(x^2) + eps) * w`` over the last dimension;
+* :func:`residual_rms_norm` - ``x + rms_norm(y) * w_y`` and the next block's ``rms_norm(.) * w_next``;
+* :func:`qk_norm_rope` - q/k/v projection -> rms-normed, rotated q and k and v, written in the (B, H, S, D)
+  layout that attention reads.
+
+Each has a ``*_ref`` (the PyTorch ops the native step function used before, the parity ground truth) and a
+dispatcher that takes the C kernel for contiguous fp32 CPU tensors when it is built, else the reference.
+
+The C source is compiled once per machine with the system C compiler (``$CC``, else ``cc``/``gcc``:
+``-O3 -march=native -fopenmp``) into ``$LOGITJUDGE_KERNEL_CACHE`` (default ``~/.cache/logitjudge/kernels``),
+keyed by the source, the flags, the compiler's version and the CPU's flags, and loaded with ctypes (no Python
+headers, ~1 s to build). No compiler, a failed build or ``LOGITJUDGE_CPU_KERNELS=0`` -> the references are used
+(:func:`cpu_kernels_status` says why). Tolerance against the references: 1e-5 relative in fp32 (the sum of
+squares is added in another order).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+SOURCE = Path(__file__).with_name("cpu_norm.c")
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+MAX_HEAD_DIM = 1024  # the C kernel's per-thread scratch for one head
+
+_f32p = ctypes.POINTER(ctypes.c_float)
+_i64, _f32, _int = ctypes.c_int64, ctypes.c_float, ctypes.c_int
+_SIGNATURES = {
+    "rms_norm_f32": (_f32p, _i64, _f32p, _f32p, _i64, _i64, _f32, _int),
+    "residual_rms_norm_f32": (_f32p, _f32p, _f32p, _f32p, _f32p, _f32p, _i64, _i64, _f32, _int),
+    "qk_norm_rope_f32": (_f32p, _i64, _f32p, _f32p, _f32p, _f32p, _f32p, _f32p, _f32p, _i64, _i64, _i64, _i64,
+                         _i64, _f32, _int),
+}
+
+
+# ------------------------------------------------------------------------------------------------ references
+def rms_norm_ref(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """(..., d) -> (..., d): ``x * rsqrt(mean(x^2) + eps) * w`` computed in fp32 (as Gemma's norm; its w holds
+    1 + weight), returned in x's dtype."""
+    return F.rms_norm(x.float(), (x.shape[-1],), w, eps).to(x.dtype)
+
+
+def residual_rms_norm_ref(x, y, w_y, w_next, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x + rms_norm(y) * w_y, rms_norm(that) * w_next)``, both (..., d) in x's dtype."""
+    x_out = x + rms_norm_ref(y, w_y, eps)
+    return x_out, rms_norm_ref(x_out, w_next, eps)
+
+
+def rotate_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE with the half-split convention of transformers' ``rotate_half``: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def qk_norm_rope_ref(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: float):
+    """qkv (B, S, (heads + 2 kv_heads) D) -> q (B, heads, S, D), k and v (B, kv_heads, S, D), contiguous;
+    q and k rms-normed (weights q_w, k_w) then rotated with cos, sin (B, S, D)."""
+    B, S, _ = qkv.shape
+    D = cos.shape[-1]
+    parts = qkv.view(B, S, heads + 2 * kv_heads, D)
+    c, s = cos.unsqueeze(2), sin.unsqueeze(2)
+    q = rotate_ref(rms_norm_ref(parts[:, :, :heads], q_w, eps), c, s)
+    k = rotate_ref(rms_norm_ref(parts[:, :, heads:heads + kv_heads], k_w, eps), c, s)
+    v = parts[:, :, heads + kv_heads:]
+    return tuple(t.transpose(1, 2).contiguous() for t in (q, k, v))
+
+
+# ------------------------------------------------------------------------------------------------ build
+def _cache_dir() -> Path:
+    if os.environ.get("LOGITJUDGE_KERNEL_CACHE"):
+        return Path(os.environ["LOGITJUDGE_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "logitjudge" / "kernels"
+
+
+def _compiler() -> str | None:
+    for cc in (os.environ.get("CC"), "cc", "gcc"):
+        if cc and shutil.which(cc):
+            return cc
+    return None
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags: a library built with -march=native must not be reused on another CPU."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+@lru_cache(maxsize=1)
+def _library() -> tuple[ctypes.CDLL | None, str]:
+    """(the loaded kernel library, "") or (None, why not)."""
+    if os.environ.get("LOGITJUDGE_CPU_KERNELS", "1") == "0":
+        return None, "disabled by LOGITJUDGE_CPU_KERNELS=0"
+    cc = _compiler()
+    if cc is None:
+        return None, "no C compiler found (set $CC, or install gcc)"
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_flags()]).encode())
+        target = _cache_dir() / f"cpu_norm-{key.hexdigest()[:16]}.so"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+                built = Path(tmp) / target.name
+                run = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(built), "-lm"], capture_output=True,
+                                     text=True, timeout=300)
+                if run.returncode != 0:
+                    return None, f"{cc} failed to build {SOURCE.name}: {run.stderr.strip()[-500:]}"
+                os.replace(built, target)  # atomic: concurrent builders each write their own temporary file
+        lib = ctypes.CDLL(str(target))
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"could not build or load {SOURCE.name}: {e}"
+    for name, argtypes in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, None
+    return lib, ""
+
+
+def cpu_kernels_status() -> str | None:
+    """None when the C kernels are in use, else why the references run instead."""
+    return _library()[1] or None
+
+
+def _ptr(t: torch.Tensor):
+    return ctypes.cast(t.data_ptr(), _f32p)
+
+
+def _usable(*tensors: torch.Tensor) -> bool:
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and _library()[0] is not None
+
+
+def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """x as (rows, d) with unit stride along d, and its row stride (no copy when it already is)."""
+    d = x.shape[-1]
+    x2 = x.reshape(-1, d)
+    if x2.stride(-1) != 1 or (x2.shape[0] > 1 and x2.stride(0) < d):
+        x2 = x2.contiguous()
+    return x2, (x2.stride(0) if x2.shape[0] > 1 else d)
+
+
+def _check_weight(w: torch.Tensor, d: int, what: str) -> None:
+    if w.shape != (d,):
+        raise ValueError(f"{what} has shape {tuple(w.shape)}, expected ({d},)")
+
+
+# ------------------------------------------------------------------------------------------------ dispatchers
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """:func:`rms_norm_ref` through the C kernel where it applies (fp32 CPU)."""
+    _check_weight(w, x.shape[-1], "the norm weight")
+    if not _usable(x, w):
+        return rms_norm_ref(x, w, eps)
+    x2, stride = _rows(x)
+    w = w.contiguous()
+    out = torch.empty(x2.shape, dtype=torch.float32)
+    _library()[0].rms_norm_f32(_ptr(x2), stride, _ptr(w), _ptr(out), x2.shape[0], x2.shape[1], eps,
+                               torch.get_num_threads())
+    return out.view(x.shape)
+
+
+def residual_rms_norm(x, y, w_y, w_next, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`residual_rms_norm_ref` through the C kernel where it applies."""
+    if x.shape != y.shape:
+        raise ValueError(f"residual {tuple(x.shape)} and update {tuple(y.shape)} differ in shape")
+    d = x.shape[-1]
+    _check_weight(w_y, d, "the update's norm weight")
+    _check_weight(w_next, d, "the next norm weight")
+    if not _usable(x, y, w_y, w_next):
+        return residual_rms_norm_ref(x, y, w_y, w_next, eps)
+    x, y, w_y, w_next = (t.contiguous() for t in (x, y, w_y, w_next))
+    x_out, h_out = torch.empty_like(x), torch.empty_like(x)
+    _library()[0].residual_rms_norm_f32(_ptr(x), _ptr(y), _ptr(w_y), _ptr(w_next), _ptr(x_out), _ptr(h_out),
+                                        x.numel() // d, d, eps, torch.get_num_threads())
+    return x_out, h_out
+
+
+def qk_norm_rope(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: float):
+    """:func:`qk_norm_rope_ref` through the C kernel where it applies."""
+    if qkv.dim() != 3 or cos.dim() != 3 or cos.shape != sin.shape or cos.shape[:2] != qkv.shape[:2]:
+        raise ValueError(f"qkv must be (B, S, (H + 2 Hkv) D) and cos, sin (B, S, D); got {tuple(qkv.shape)}, "
+                         f"{tuple(cos.shape)}, {tuple(sin.shape)}")
+    B, S, width = qkv.shape
+    D = cos.shape[-1]
+    if width != (heads + 2 * kv_heads) * D:
+        raise ValueError(f"qkv width {width} is not (heads {heads} + 2 x kv_heads {kv_heads}) x head_dim {D}")
+    _check_weight(q_w, D, "the q norm weight")
+    _check_weight(k_w, D, "the k norm weight")
+    if not _usable(qkv, q_w, k_w, cos, sin) or D > MAX_HEAD_DIM or D % 2:
+        return qk_norm_rope_ref(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=eps)
+    x2, stride = _rows(qkv)
+    q_w, k_w, cos, sin = (t.contiguous() for t in (q_w, k_w, cos, sin))
+    q = torch.empty(B, heads, S, D)
+    k, v = torch.empty(B, kv_heads, S, D), torch.empty(B, kv_heads, S, D)
+    _library()[0].qk_norm_rope_f32(_ptr(x2), stride, _ptr(q_w), _ptr(k_w), _ptr(cos), _ptr(sin), _ptr(q), _ptr(k),
+                                   _ptr(v), B, S, heads, kv_heads, D, eps, torch.get_num_threads())
+    return q, k, v

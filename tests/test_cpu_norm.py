@@ -1,0 +1,162 @@
+"""The fused C row kernels (kernels/cpu_norm.c) against their PyTorch references, and their fallbacks."""
+
+from __future__ import annotations
+
+import logitjudge_kernels.cpu_norm as cn
+import pytest
+import torch
+
+# fp32: the C kernels add the sum of squares in another order than torch (vectorised partial sums)
+RTOL, ATOL = 1e-5, 1e-5
+
+
+@pytest.fixture
+def fresh_library(monkeypatch, tmp_path):
+    """A kernel library built (or refused) anew, into a private cache; the shared one is restored after."""
+    monkeypatch.setenv("LOGITJUDGE_KERNEL_CACHE", str(tmp_path / "cache"))
+    cn._library.cache_clear()
+    yield tmp_path
+    cn._library.cache_clear()
+
+
+def _needs_c():
+    if cn.cpu_kernels_status() is not None:
+        pytest.skip(f"C kernels unavailable here: {cn.cpu_kernels_status()}")
+
+
+def _close(a, b):
+    torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("rows,d", [(1, 8), (7, 640), (300, 33), (0, 16)])
+def test_rms_norm_matches_reference(rows, d):
+    _needs_c()
+    g = torch.Generator().manual_seed(rows + d)
+    x = torch.randn(rows, d, generator=g) * 3
+    w = 1 + 0.1 * torch.randn(d, generator=g)
+    out = cn.rms_norm(x, w, 1e-6)
+    assert out.shape == x.shape and out.dtype == torch.float32
+    _close(out, cn.rms_norm_ref(x, w, 1e-6))
+
+
+def test_rms_norm_strided_rows_and_heads():
+    """Rows at a stride (a column slice of a wider matrix) and a (rows, heads, D) input are read in place."""
+    _needs_c()
+    g = torch.Generator().manual_seed(3)
+    wide = torch.randn(5, 7, 96, generator=g)
+    w = 1 + 0.1 * torch.randn(32, generator=g)
+    x = wide[:, :, 32:64]  # (5, 7, 32), rows 96 floats apart
+    _close(cn.rms_norm(x, w, 1e-6), cn.rms_norm_ref(x, w, 1e-6))
+    heads = wide.view(5, 21, 32)
+    _close(cn.rms_norm(heads, w, 1e-6), cn.rms_norm_ref(heads, w, 1e-6))
+    _close(cn.rms_norm(wide.transpose(0, 1)[..., :32], w, 1e-6), cn.rms_norm_ref(wide.transpose(0, 1)[..., :32],
+                                                                                w, 1e-6))
+
+
+def test_residual_rms_norm_matches_reference():
+    _needs_c()
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(2, 9, 640, generator=g), 5 * torch.randn(2, 9, 640, generator=g)
+    w_y, w_next = 1 + 0.2 * torch.randn(640, generator=g), 1 + 0.2 * torch.randn(640, generator=g)
+    got, want = cn.residual_rms_norm(x, y, w_y, w_next, 1e-6), cn.residual_rms_norm_ref(x, y, w_y, w_next, 1e-6)
+    assert got[0].shape == got[1].shape == x.shape
+    _close(got[0], want[0])
+    _close(got[1], want[1])
+    assert not torch.equal(got[0], x)  # a new residual stream, the input untouched
+
+
+@pytest.mark.parametrize("heads,kv_heads,D", [(4, 1, 256), (8, 2, 64), (0, 1, 16), (2, 2, 1024)])
+def test_qk_norm_rope_matches_reference(heads, kv_heads, D):
+    _needs_c()
+    g = torch.Generator().manual_seed(heads * 100 + D)
+    B, S = 3, 5
+    qkv = torch.randn(B, S, (heads + 2 * kv_heads) * D, generator=g) * 2
+    ang = torch.randn(B, S, D // 2, generator=g)
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    q_w, k_w = 1 + 0.1 * torch.randn(D, generator=g), 1 + 0.1 * torch.randn(D, generator=g)
+    got = cn.qk_norm_rope(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=1e-6)
+    want = cn.qk_norm_rope_ref(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=1e-6)
+    for a, b, h in zip(got, want, (heads, kv_heads, kv_heads)):
+        assert a.shape == (B, h, S, D) and a.is_contiguous()
+        _close(a, b)
+    assert torch.equal(got[2], want[2])  # v is copied, not computed
+
+
+def test_qk_norm_rope_reference_is_the_model_math():
+    """The reference is Gemma-3's own q/k path: transformers' rotate_half convention, norm before RoPE."""
+    from transformers.models.gemma3.modeling_gemma3 import apply_rotary_pos_emb
+
+    g = torch.Generator().manual_seed(9)
+    qkv = torch.randn(2, 4, 3 * 16, generator=g)
+    ang = torch.randn(2, 4, 8, generator=g)
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    w = torch.ones(16)
+    q, k, _ = cn.qk_norm_rope_ref(qkv, w, w, cos, sin, heads=1, kv_heads=1, eps=1e-6)
+    parts = qkv.view(2, 4, 3, 16).transpose(1, 2)  # (B, 3, S, D)
+    normed = cn.rms_norm_ref(parts, w, 1e-6)
+    q_hf, k_hf = apply_rotary_pos_emb(normed[:, :1], normed[:, 1:2], cos, sin)
+    _close(q, q_hf)
+    _close(k, k_hf)
+
+
+def test_bf16_and_non_cpu_inputs_take_the_reference():
+    x = torch.randn(4, 64).bfloat16()
+    w = torch.ones(64)
+    out = cn.rms_norm(x, w, 1e-6)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, cn.rms_norm_ref(x, w, 1e-6))
+    got = cn.residual_rms_norm(x, x, w, w, 1e-6)
+    want = cn.residual_rms_norm_ref(x, x, w, w, 1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_shape_errors_name_the_problem():
+    with pytest.raises(ValueError, match=r"norm weight has shape \(3,\), expected \(4,\)"):
+        cn.rms_norm(torch.ones(2, 4), torch.ones(3), 1e-6)
+    with pytest.raises(ValueError, match="differ in shape"):
+        cn.residual_rms_norm(torch.ones(2, 4), torch.ones(3, 4), torch.ones(4), torch.ones(4), 1e-6)
+    with pytest.raises(ValueError, match=r"qkv width 40 is not \(heads 2 \+ 2 x kv_heads 1\) x head_dim 8"):
+        cn.qk_norm_rope(torch.ones(1, 2, 40), torch.ones(8), torch.ones(8), torch.ones(1, 2, 8), torch.ones(1, 2, 8),
+                        heads=2, kv_heads=1, eps=1e-6)
+    with pytest.raises(ValueError, match="cos, sin"):
+        cn.qk_norm_rope(torch.ones(1, 2, 32), torch.ones(8), torch.ones(8), torch.ones(1, 3, 8), torch.ones(1, 3, 8),
+                        heads=2, kv_heads=1, eps=1e-6)
+
+
+def test_disabled_by_environment_uses_references(fresh_library, monkeypatch):
+    monkeypatch.setenv("LOGITJUDGE_CPU_KERNELS", "0")
+    cn._library.cache_clear()
+    assert cn.cpu_kernels_status() == "disabled by LOGITJUDGE_CPU_KERNELS=0"
+    x, w = torch.randn(3, 16), torch.ones(16)
+    assert torch.equal(cn.rms_norm(x, w, 1e-6), cn.rms_norm_ref(x, w, 1e-6))
+
+
+def test_no_compiler_is_reported(fresh_library, monkeypatch):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(cn.shutil, "which", lambda name: None)
+    assert "no C compiler found" in cn.cpu_kernels_status()
+
+
+def test_build_failure_is_reported_not_raised(fresh_library, monkeypatch):
+    if cn._compiler() is None:
+        pytest.skip("no C compiler here")
+    broken = fresh_library / "broken.c"
+    broken.write_text("this is not C;\n")
+    monkeypatch.setattr(cn, "SOURCE", broken)
+    status = cn.cpu_kernels_status()
+    assert status.startswith(f"{cn._compiler()} failed to build broken.c")
+    x, w = torch.randn(3, 16), torch.ones(16)
+    assert torch.equal(cn.rms_norm(x, w, 1e-6), cn.rms_norm_ref(x, w, 1e-6))  # the reference, not an error
+
+
+def test_build_is_cached_by_source(fresh_library):
+    if cn._compiler() is None:
+        pytest.skip("no C compiler here")
+    assert cn.cpu_kernels_status() is None
+    built = list((fresh_library / "cache").glob("cpu_norm-*.so"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    cn._library.cache_clear()
+    assert cn.cpu_kernels_status() is None  # loaded from the cache, not rebuilt
+    assert built[0].stat().st_mtime_ns == stamp
+    assert list((fresh_library / "cache").glob("*")) == built  # no temporary files left behind
