@@ -5,6 +5,8 @@
   query heads (HF ``repeat_kv``), then ``F.scaled_dot_product_attention`` with the causal/window mask.
   The timed region of the plain path is the SDPA call only (in HF the copy already sits in the cache),
   which favours the plain path; its memory includes the materialised K/V.
+* On CPU in fp32, ``ours`` is the C kernel (``logitjudge_kernels.cpu_attention``) and ``aten`` the path it
+  replaced (ATen's CPU flash attention for the prefix and the causal suffix parts, merged by LSE).
 * Read-out: ``label_logprobs`` vs full (R, V) logits in the model dtype + fp32 log-softmax + gather.
 
 Shapes follow Gemma-3-270M: Hq=4, Hkv=1, D=256, hidden 640, V=262,144.
@@ -33,10 +35,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from logitjudge_kernels import HAS_TRITON, label_logprobs, shared_prefix_attention
+from logitjudge_kernels import HAS_TRITON, label_logprobs, shared_prefix_attention, shared_prefix_attention_aten
+from logitjudge_kernels.cpu_attention import c_attention_refusal
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HQ, HKV, HEAD_DIM, HIDDEN, VOCAB = 4, 1, 256, 640, 262_144
+# (B, L, S, window) of the calls the engine makes on benchmarks/peers.py's 8x350 workload (2 rotations sharing
+# an option line continue a ~400-token text prefix; each text's root is one ~400-token causal row) and on 1x2000
+GEMMA_CPU_SHAPES = [(2, 404, 78, 512), (1, 0, 400, 512), (1, 0, 2000, 512), (1, 0, 2000, None), (5, 1900, 100, None)]
 
 
 def _timeit(fn, device: torch.device, repeats: int, warmup: int) -> float:
@@ -109,10 +115,14 @@ def bench_attention(B, L, S, window, dtype, device, repeats, warmup) -> list[dic
     def ours():
         return shared_prefix_attention(q, kp, vp, ks, vs, scale=scale, sliding_window=window)
 
+    def aten():
+        return shared_prefix_attention_aten(q, kp, vp, ks, vs, scale=scale, sliding_window=window)
+
     elt = q.element_size()
     flops = 4 * B * HQ * HEAD_DIM * _visible_keys(S, L, window)
     nbytes = elt * (2 * q.numel() + 2 * kp.numel() + 2 * ks.numel())
     kv_bytes = {"plain": 2 * B * HQ * (L + S) * HEAD_DIM * elt, "ours": elt * 2 * (kp.numel() + ks.numel())}
+    kv_bytes["aten"] = kv_bytes["ours"]
     config = dict(kernel="attention", B=B, L=L, S=S, window=window, dtype=str(dtype)[6:])
     rows = []
     try:
@@ -125,15 +135,18 @@ def bench_attention(B, L, S, window, dtype, device, repeats, warmup) -> list[dic
         plain_ms = plain_mem = reference = None
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    ours_ms = _timeit(ours, device, repeats, warmup)
-    out = ours()
-    diff = None if reference is None else (out.float() - reference).abs().max().item()
-    for path, ms, mem in (("plain", plain_ms, plain_mem), ("ours", ours_ms, _peak_bytes(ours, device))):
+    paths = [("plain", None), ("ours", ours)]
+    if device.type == "cpu" and c_attention_refusal(q) is None:  # "ours" is the C kernel: ATen's path beside it
+        paths.insert(1, ("aten", aten))
+    for path, fn in paths:
+        ms, mem, diff = plain_ms, plain_mem, None
+        if fn is not None:
+            ms, mem = _timeit(fn, device, repeats, warmup), _peak_bytes(fn, device)
+            diff = None if reference is None else (fn().float() - reference).abs().max().item()
         rows.append(dict(config, path=path, ms=ms, tflops=None if ms is None else flops / ms / 1e9,
                          gbps=None if ms is None else nbytes / ms / 1e6, mem_bytes=mem if mem is not None
                          else kv_bytes[path], mem_kind="peak" if mem is not None else "kv_materialised",
-                         max_abs_diff=diff if path == "ours" else None,
-                         speedup=None if (ms is None or plain_ms is None) else plain_ms / ms))
+                         max_abs_diff=diff, speedup=None if (ms is None or plain_ms is None) else plain_ms / ms))
     return rows
 
 
@@ -185,9 +198,11 @@ def grids(device: torch.device, quick: bool):
         readout = [(R, VOCAB, 8) for R in ([10, 256] if quick else [10, 64, 256])]
     elif quick:
         attn = [(B, L, 32, w) for L in (512, 2048) for B in (10, 32) for w in (None,)] + [(32, 2048, 32, 512)]
+        attn += GEMMA_CPU_SHAPES
         readout = [(R, 65_536, 8) for R in (10, 64)]
     else:
         attn = [(B, L, 32, w) for L in (512, 2048, 8192) for B in (10, 64) for w in (None, 512)]
+        attn += GEMMA_CPU_SHAPES
         readout = [(R, VOCAB, 8) for R in (10, 64)]
     return attn, readout
 

@@ -2,9 +2,11 @@
 
 Installed as ``logitjudge_kernels`` (the folder is ``kernels/``). Each kernel has a PyTorch reference
 (``*_ref``), a Triton implementation (``*_triton``, CUDA or ``TRITON_INTERPRET=1``) and a dispatcher
-taking ``backend="auto" | "ref" | "triton"`` (attention also ``"cpu"``: ATen's fused CPU flash attention).
-``cpu_norm``: fused fp32 RMSNorm / residual / RoPE row kernels in C for CPU (built with the system compiler at
-first use), each with its PyTorch reference; without a compiler the references run.
+taking ``backend="auto" | "ref" | "triton"`` (attention also ``"cpu"``: the C kernel of ``cpu_attention`` in
+fp32, else ATen's fused CPU flash attention).
+``cpu_norm`` / ``cpu_attention``: fused fp32 RMSNorm / residual / RoPE row kernels and shared-prefix attention
+in C for CPU (built with the system compiler at first use, ``_cbuild``), each with its PyTorch reference;
+without a compiler the references (attention: ATen's flash path) run.
 """
 
 from ._triton_util import HAS_TRITON, interpreter_active, triton_usable
@@ -12,6 +14,7 @@ from .prefix_attention import (
     attention_ref,
     merge_attention_states,
     shared_prefix_attention,
+    shared_prefix_attention_aten,
     shared_prefix_attention_cpu,
     shared_prefix_attention_ref,
     shared_prefix_attention_triton,
@@ -35,6 +38,7 @@ __all__ = [
     "label_logprobs_triton",
     "merge_attention_states",
     "shared_prefix_attention",
+    "shared_prefix_attention_aten",
     "shared_prefix_attention_cpu",
     "shared_prefix_attention_ref",
     "shared_prefix_attention_triton",

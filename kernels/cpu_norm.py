@@ -12,40 +12,29 @@ these kernels does its job in one pass over a row that stays in L1:
 Each has a ``*_ref`` (the PyTorch ops the native step function used before, the parity ground truth) and a
 dispatcher that takes the C kernel for contiguous fp32 CPU tensors when it is built, else the reference.
 
-The C source is compiled once per machine with the system C compiler (``$CC``, else ``cc``/``gcc``:
-``-O3 -march=native -fopenmp``) into ``$LOGITJUDGE_KERNEL_CACHE`` (default ``~/.cache/logitjudge/kernels``),
-keyed by the source, the flags, the compiler's version and the CPU's flags, and loaded with ctypes (no Python
-headers, ~1 s to build). No compiler, a failed build or ``LOGITJUDGE_CPU_KERNELS=0`` -> the references are used
-(:func:`cpu_kernels_status` says why). Tolerance against the references: 1e-5 relative in fp32 (the sum of
-squares is added in another order).
+The C source is built at first use by :mod:`._cbuild` (system compiler, cached per machine); without it the
+references run (:func:`cpu_kernels_status` says why). Tolerance against the references: 1e-5 in fp32 (the sum
+of squares is added in another order).
 """
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
-from functools import lru_cache
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-SOURCE = Path(__file__).with_name("cpu_norm.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
-MAX_HEAD_DIM = 1024  # the C kernel's per-thread scratch for one head
+from . import _cbuild
+from ._cbuild import c_int, f32, f32p, i64, ptr
 
-_f32p = ctypes.POINTER(ctypes.c_float)
-_i64, _f32, _int = ctypes.c_int64, ctypes.c_float, ctypes.c_int
-_SIGNATURES = {
-    "rms_norm_f32": (_f32p, _i64, _f32p, _f32p, _i64, _i64, _f32, _int),
-    "residual_rms_norm_f32": (_f32p, _f32p, _f32p, _f32p, _f32p, _f32p, _i64, _i64, _f32, _int),
-    "qk_norm_rope_f32": (_f32p, _i64, _f32p, _f32p, _f32p, _f32p, _f32p, _f32p, _f32p, _i64, _i64, _i64, _i64,
-                         _i64, _f32, _int),
-}
+SOURCE = Path(__file__).with_name("cpu_norm.c")
+MAX_HEAD_DIM = 1024  # the C kernel's per-thread scratch for one head
+_SIGNATURES = (
+    ("rms_norm_f32", (f32p, i64, f32p, f32p, i64, i64, f32, c_int), None),
+    ("residual_rms_norm_f32", (f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, f32, c_int), None),
+    ("qk_norm_rope_f32", (f32p, i64, f32p, f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, i64, i64, i64, f32,
+                          c_int), None),
+)
 
 
 # ------------------------------------------------------------------------------------------------ references
@@ -81,69 +70,13 @@ def qk_norm_rope_ref(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps:
 
 
 # ------------------------------------------------------------------------------------------------ build
-def _cache_dir() -> Path:
-    if os.environ.get("LOGITJUDGE_KERNEL_CACHE"):
-        return Path(os.environ["LOGITJUDGE_KERNEL_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "logitjudge" / "kernels"
-
-
-def _compiler() -> str | None:
-    for cc in (os.environ.get("CC"), "cc", "gcc"):
-        if cc and shutil.which(cc):
-            return cc
-    return None
-
-
-def _cpu_flags() -> str:
-    """The CPU's feature flags: a library built with -march=native must not be reused on another CPU."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or platform.machine()
-
-
-@lru_cache(maxsize=1)
-def _library() -> tuple[ctypes.CDLL | None, str]:
-    """(the loaded kernel library, "") or (None, why not)."""
-    if os.environ.get("LOGITJUDGE_CPU_KERNELS", "1") == "0":
-        return None, "disabled by LOGITJUDGE_CPU_KERNELS=0"
-    cc = _compiler()
-    if cc is None:
-        return None, "no C compiler found (set $CC, or install gcc)"
-    try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-        key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_flags()]).encode())
-        target = _cache_dir() / f"cpu_norm-{key.hexdigest()[:16]}.so"
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                built = Path(tmp) / target.name
-                run = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(built), "-lm"], capture_output=True,
-                                     text=True, timeout=300)
-                if run.returncode != 0:
-                    return None, f"{cc} failed to build {SOURCE.name}: {run.stderr.strip()[-500:]}"
-                os.replace(built, target)  # atomic: concurrent builders each write their own temporary file
-        lib = ctypes.CDLL(str(target))
-    except (OSError, subprocess.SubprocessError) as e:
-        return None, f"could not build or load {SOURCE.name}: {e}"
-    for name, argtypes in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, None
-    return lib, ""
+def _library():
+    return _cbuild.load(SOURCE, _SIGNATURES)
 
 
 def cpu_kernels_status() -> str | None:
     """None when the C kernels are in use, else why the references run instead."""
     return _library()[1] or None
-
-
-def _ptr(t: torch.Tensor):
-    return ctypes.cast(t.data_ptr(), _f32p)
 
 
 def _usable(*tensors: torch.Tensor) -> bool:
@@ -173,7 +106,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     x2, stride = _rows(x)
     w = w.contiguous()
     out = torch.empty(x2.shape, dtype=torch.float32)
-    _library()[0].rms_norm_f32(_ptr(x2), stride, _ptr(w), _ptr(out), x2.shape[0], x2.shape[1], eps,
+    _library()[0].rms_norm_f32(ptr(x2), stride, ptr(w), ptr(out), x2.shape[0], x2.shape[1], eps,
                                torch.get_num_threads())
     return out.view(x.shape)
 
@@ -189,7 +122,7 @@ def residual_rms_norm(x, y, w_y, w_next, eps: float) -> tuple[torch.Tensor, torc
         return residual_rms_norm_ref(x, y, w_y, w_next, eps)
     x, y, w_y, w_next = (t.contiguous() for t in (x, y, w_y, w_next))
     x_out, h_out = torch.empty_like(x), torch.empty_like(x)
-    _library()[0].residual_rms_norm_f32(_ptr(x), _ptr(y), _ptr(w_y), _ptr(w_next), _ptr(x_out), _ptr(h_out),
+    _library()[0].residual_rms_norm_f32(ptr(x), ptr(y), ptr(w_y), ptr(w_next), ptr(x_out), ptr(h_out),
                                         x.numel() // d, d, eps, torch.get_num_threads())
     return x_out, h_out
 
@@ -211,6 +144,6 @@ def qk_norm_rope(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: flo
     q_w, k_w, cos, sin = (t.contiguous() for t in (q_w, k_w, cos, sin))
     q = torch.empty(B, heads, S, D)
     k, v = torch.empty(B, kv_heads, S, D), torch.empty(B, kv_heads, S, D)
-    _library()[0].qk_norm_rope_f32(_ptr(x2), stride, _ptr(q_w), _ptr(k_w), _ptr(cos), _ptr(sin), _ptr(q), _ptr(k),
-                                   _ptr(v), B, S, heads, kv_heads, D, eps, torch.get_num_threads())
+    _library()[0].qk_norm_rope_f32(ptr(x2), stride, ptr(q_w), ptr(k_w), ptr(cos), ptr(sin), ptr(q), ptr(k),
+                                   ptr(v), B, S, heads, kv_heads, D, eps, torch.get_num_threads())
     return q, k, v

@@ -33,6 +33,7 @@ from ._triton_util import (
     tl,
     triton,
 )
+from .cpu_attention import c_attention_refusal, shared_prefix_attention_c
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_TRITON_HEAD_DIM = 256
@@ -214,9 +215,19 @@ def _suffix_cpu(q, k, v, scale: float, window: int | None):
 
 def shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
                                 sliding_window: int | None = None) -> torch.Tensor:
-    """CPU fast path of the same method: both parts through ATen's fused flash-attention kernel for CPU (blocked,
-    no score matrix in memory, returns the LSE), merged by LSE. No soft-cap (the dispatcher sends those to the
-    reference). The prefix part stacks queries as in the reference; masks exist only where a window cuts."""
+    """CPU fast path: the C kernel (:mod:`.cpu_attention`) where it applies (fp32, head_dim a multiple of 32,
+    built), else :func:`shared_prefix_attention_aten`: the same method as the reference through ATen's fused
+    flash-attention kernel for CPU (blocked, no score matrix in memory, returns the LSE), the parts merged by
+    LSE; the prefix part stacks queries as in the reference; masks exist only where a window cuts. No soft-cap
+    (the dispatcher sends those to the reference)."""
+    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, None)
+    fn = shared_prefix_attention_c if c_attention_refusal(q) is None else shared_prefix_attention_aten
+    return fn(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, sliding_window=sliding_window)
+
+
+def shared_prefix_attention_aten(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
+                                 sliding_window: int | None = None) -> torch.Tensor:
+    """The CPU path without the C kernel: prefix and suffix parts through ATen's flash kernel, LSE-merged."""
     _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, None)
     B, Hq, S, D = q.shape
     Hkv, L, _ = k_prefix.shape
@@ -229,15 +240,18 @@ def shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, *, sc
     lo = 0 if sliding_window is None else max(0, L - sliding_window + 1)  # keys before lo are out of every window
     if lo >= L:
         return o_s.reshape(B, Hq, S, D).to(q.dtype)
-    vis = _visible(L + pos, torch.arange(lo, L, device=q.device), sliding_window)  # (S, L - lo)
-    mask = _additive_mask(vis, q.dtype)
+    # the window cuts only if the farthest (query, prefix key) pair is at least a window apart
+    cut = sliding_window is not None and L + S - 1 - lo >= sliding_window
+    vis = _visible(L + pos, torch.arange(lo, L, device=q.device), sliding_window) if cut else None  # (S, L - lo)
+    mask = None if vis is None else _additive_mask(vis, q.dtype)
     qp = q.reshape(B, Hkv, G * S, D).transpose(0, 1).reshape(1, Hkv, B * G * S, D)
     o_p, lse_p = _flash_cpu(qp, k_prefix[:, lo:].unsqueeze(0), v_prefix[:, lo:].unsqueeze(0), scale,
                             None if mask is None else mask.repeat(B * G, 1))
     o_p = o_p.reshape(Hkv, B, G * S, D).transpose(0, 1)
     lse_p = lse_p.reshape(Hkv, B, G, S).transpose(0, 1)
-    # a query that sees no prefix key gets output 0 and LSE 0 from the kernel: its LSE must be -inf
-    lse_p = lse_p.masked_fill(~vis.any(dim=1), float("-inf")).reshape(B, Hkv, G * S)
+    if vis is not None:  # a query that sees no prefix key gets output 0 and LSE 0 from the kernel: LSE -inf
+        lse_p = lse_p.masked_fill(~vis.any(dim=1), float("-inf"))
+    lse_p = lse_p.reshape(B, Hkv, G * S)
     o, _ = merge_attention_states(o_p, lse_p, o_s, lse_s)
     return o.reshape(B, Hq, S, D).to(q.dtype)
 

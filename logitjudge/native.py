@@ -241,8 +241,9 @@ class NativeGemma3:
                 outs.append(shared_prefix_attention(q[a:a + n], kp, vp, k[a:a + n], v[a:a + n], scale=self.scale,
                                                     sliding_window=lw.window, softcap=self.softcap))
                 a += n
-            o = outs[0] if len(outs) == 1 else torch.cat(outs)  # (B, Hq, S, D)
-            x, h = self._block_tail(lw, x, o.transpose(1, 2).reshape(B, S, -1), w_next)
+            # (B, S, Hq, D): free where attention wrote that layout (the C kernel), else one copy
+            o = torch.cat([o.transpose(1, 2) for o in outs]) if len(outs) > 1 else outs[0].transpose(1, 2)
+            x, h = self._block_tail(lw, x, o.reshape(B, S, -1), w_next)
         return (h if select is None else h[select[0], select[1]]), captured
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logitjudge_kernels._cbuild as cb
 import logitjudge_kernels.cpu_norm as cn
 import pytest
 import torch
@@ -14,9 +15,9 @@ RTOL, ATOL = 1e-5, 1e-5
 def fresh_library(monkeypatch, tmp_path):
     """A kernel library built (or refused) anew, into a private cache; the shared one is restored after."""
     monkeypatch.setenv("LOGITJUDGE_KERNEL_CACHE", str(tmp_path / "cache"))
-    cn._library.cache_clear()
+    cb.load.cache_clear()
     yield tmp_path
-    cn._library.cache_clear()
+    cb.load.cache_clear()
 
 
 def _needs_c():
@@ -125,7 +126,7 @@ def test_shape_errors_name_the_problem():
 
 def test_disabled_by_environment_uses_references(fresh_library, monkeypatch):
     monkeypatch.setenv("LOGITJUDGE_CPU_KERNELS", "0")
-    cn._library.cache_clear()
+    cb.load.cache_clear()
     assert cn.cpu_kernels_status() == "disabled by LOGITJUDGE_CPU_KERNELS=0"
     x, w = torch.randn(3, 16), torch.ones(16)
     assert torch.equal(cn.rms_norm(x, w, 1e-6), cn.rms_norm_ref(x, w, 1e-6))
@@ -133,30 +134,30 @@ def test_disabled_by_environment_uses_references(fresh_library, monkeypatch):
 
 def test_no_compiler_is_reported(fresh_library, monkeypatch):
     monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setattr(cn.shutil, "which", lambda name: None)
+    monkeypatch.setattr(cb.shutil, "which", lambda name: None)
     assert "no C compiler found" in cn.cpu_kernels_status()
 
 
 def test_build_failure_is_reported_not_raised(fresh_library, monkeypatch):
-    if cn._compiler() is None:
+    if cb.compiler() is None:
         pytest.skip("no C compiler here")
     broken = fresh_library / "broken.c"
     broken.write_text("this is not C;\n")
     monkeypatch.setattr(cn, "SOURCE", broken)
     status = cn.cpu_kernels_status()
-    assert status.startswith(f"{cn._compiler()} failed to build broken.c")
+    assert status.startswith(f"{cb.compiler()} failed to build broken.c")
     x, w = torch.randn(3, 16), torch.ones(16)
     assert torch.equal(cn.rms_norm(x, w, 1e-6), cn.rms_norm_ref(x, w, 1e-6))  # the reference, not an error
 
 
 def test_build_is_cached_by_source(fresh_library):
-    if cn._compiler() is None:
+    if cb.compiler() is None:
         pytest.skip("no C compiler here")
     assert cn.cpu_kernels_status() is None
     built = list((fresh_library / "cache").glob("cpu_norm-*.so"))
     assert len(built) == 1
     stamp = built[0].stat().st_mtime_ns
-    cn._library.cache_clear()
+    cb.load.cache_clear()
     assert cn.cpu_kernels_status() is None  # loaded from the cache, not rebuilt
     assert built[0].stat().st_mtime_ns == stamp
     assert list((fresh_library / "cache").glob("*")) == built  # no temporary files left behind

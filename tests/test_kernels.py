@@ -155,10 +155,20 @@ def test_attention_ref_low_precision(dtype, L, D, Hq, Hkv, window, softcap):
     _assert_attention_close(out, inputs, scale=D**-0.5, sliding_window=window, softcap=softcap)
 
 
+@pytest.fixture(params=["c", "aten"])
+def cpu_attention_path(request, monkeypatch):
+    """The CPU path through the C kernel (fp32, where built) and through ATen's flash kernel (forced)."""
+    import logitjudge_kernels.prefix_attention as pa
+
+    if request.param == "aten":
+        monkeypatch.setattr(pa, "c_attention_refusal", lambda q, softcap=None: "forced off by the test")
+    return request.param
+
+
 @pytest.mark.parametrize("dtype,L,D,Hq,Hkv,window,softcap",
                          [c for c in _attention_cases([torch.float32, torch.bfloat16]) if c.values[-1] is None])
-def test_attention_cpu_fused(dtype, L, D, Hq, Hkv, window, softcap):
-    """ATen's fused CPU path; window 4 < S leaves queries that see no prefix key (their LSE must be -inf)."""
+def test_attention_cpu_fused(dtype, L, D, Hq, Hkv, window, softcap, cpu_attention_path):
+    """The CPU paths; window 4 < S leaves queries that see no prefix key (ATen: their LSE must be -inf)."""
     inputs = _attn_inputs(3, Hq, Hkv, 7, L, D, dtype, seed=5)
     out = shared_prefix_attention_cpu(*inputs, scale=D**-0.5, sliding_window=window)
     _assert_attention_close(out, inputs, scale=D**-0.5, sliding_window=window, softcap=None)
@@ -166,8 +176,9 @@ def test_attention_cpu_fused(dtype, L, D, Hq, Hkv, window, softcap):
         assert torch.equal(shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=window), out)
 
 
-def test_attention_cpu_fused_bands_long_suffix(monkeypatch):
-    """A window shorter than the suffix: query blocks of 3 rows, each against the keys its window reaches."""
+def test_attention_cpu_fused_bands_long_suffix(monkeypatch, cpu_attention_path):
+    """A window shorter than the suffix (ATen: query blocks of 3 rows, each against the keys its window
+    reaches; C: blocks of 6 query rows, each against the keys its rows can see)."""
     import logitjudge_kernels.prefix_attention as pa
 
     monkeypatch.setattr(pa, "SUFFIX_BAND_ROWS", 3)

@@ -26,16 +26,17 @@ def _ids(lm, n: int, seed: int = 0) -> torch.Tensor:
 @pytest.fixture(params=["C", "reference"])
 def row_kernels(request, monkeypatch):
     """Run once with the C row kernels (kernels/cpu_norm.c) and once with their PyTorch references."""
+    import logitjudge_kernels._cbuild as cb
     import logitjudge_kernels.cpu_norm as cn
 
     if request.param == "reference":
         monkeypatch.setenv("LOGITJUDGE_CPU_KERNELS", "0")
-    cn._library.cache_clear()
+    cb.load.cache_clear()
     if request.param == "C" and cn.cpu_kernels_status() is not None:
         pytest.skip(f"C kernels unavailable: {cn.cpu_kernels_status()}")
     yield request.param
     monkeypatch.undo()
-    cn._library.cache_clear()
+    cb.load.cache_clear()
 
 
 @torch.inference_mode()

@@ -1,0 +1,117 @@
+"""The C shared-prefix attention kernel (kernels/cpu_attention.c) against plain fp64 attention, its layout,
+its invariance to batching and threads, and its refusals.
+
+Tolerance (fp32): 5e-6 absolute on outputs (values ~N(0, 1)); the C kernel's exp is a Cephes polynomial and
+its sums run in other orders than the reference's.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from logitjudge_kernels import attention_ref, shared_prefix_attention
+from logitjudge_kernels.cpu_attention import (
+    c_attention_refusal,
+    cpu_attention_status,
+    shared_prefix_attention_c,
+)
+
+ATOL = 5e-6
+
+needs_c = pytest.mark.skipif(cpu_attention_status() is not None,
+                             reason=f"C attention kernel unavailable: {cpu_attention_status()}")
+
+
+def _inputs(B, Hq, Hkv, S, L, D, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+
+    def mk(*shape):
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    return mk(B, Hq, S, D), mk(Hkv, L, D), mk(Hkv, L, D), mk(B, Hkv, S, D), mk(B, Hkv, S, D)
+
+
+def _truth(q, kp, vp, ks, vs, scale, window):
+    B = q.shape[0]
+    k = torch.cat([kp.unsqueeze(0).expand(B, -1, -1, -1), ks], dim=2).double()
+    v = torch.cat([vp.unsqueeze(0).expand(B, -1, -1, -1), vs], dim=2).double()
+    return attention_ref(q.double(), k, v, scale=scale, causal_offset=kp.shape[1], sliding_window=window)
+
+
+# lengths around the kernel's tiles: 6 query rows, 16-key panels, pairs of panels
+CASES = [(B, Hq, Hkv, S, L, D, w)
+         for (B, S, L), (Hq, Hkv), D, w in itertools.product(
+             [(1, 1, 0), (1, 1, 1), (2, 5, 16), (3, 17, 33), (1, 40, 0), (2, 7, 100)],
+             [(4, 1), (8, 2), (2, 2), (1, 1)], [32, 256], [None, 1, 4, 16, 50])]
+
+
+@needs_c
+@pytest.mark.parametrize("B,Hq,Hkv,S,L,D,window", [c for i, c in enumerate(CASES) if i % 3 == 0])
+def test_matches_fp64_attention(B, Hq, Hkv, S, L, D, window):
+    inputs = _inputs(B, Hq, Hkv, S, L, D, seed=S * 7 + L)
+    out = shared_prefix_attention_c(*inputs, scale=D**-0.5, sliding_window=window)
+    assert out.shape == (B, Hq, S, D) and out.dtype == torch.float32
+    err = (out.double() - _truth(*inputs, D**-0.5, window)).abs().max().item()
+    assert err <= ATOL, f"max abs error {err:.3g}"
+
+
+@needs_c
+def test_long_rows_and_large_scores():
+    """Long prefix and suffix with a window, and scores large enough that exp() would overflow without the max."""
+    q, kp, vp, ks, vs = _inputs(2, 4, 1, 130, 700, 64, seed=3)
+    for scale, window in ((0.125, None), (0.125, 512), (2.0, 64)):
+        out = shared_prefix_attention_c(q, kp, vp, ks, vs, scale=scale, sliding_window=window)
+        assert torch.isfinite(out).all()
+        assert (out.double() - _truth(q, kp, vp, ks, vs, scale, window)).abs().max().item() <= ATOL
+
+
+@needs_c
+def test_output_is_the_projection_layout():
+    inputs = _inputs(2, 4, 1, 9, 5, 32)
+    out = shared_prefix_attention_c(*inputs, scale=0.2)
+    assert out.transpose(1, 2).is_contiguous()  # (B, S, Hq, D) memory: reshape to (B, S, Hq * D) is free
+
+
+@needs_c
+def test_rows_do_not_depend_on_the_batch_or_threads():
+    """Each row is computed alone, in the same order, whatever else is in the call: bitwise equal."""
+    q, kp, vp, ks, vs = _inputs(5, 4, 1, 23, 31, 64, seed=4)
+    whole = shared_prefix_attention_c(q, kp, vp, ks, vs, scale=0.125, sliding_window=20)
+    for b in range(5):
+        alone = shared_prefix_attention_c(q[b:b + 1], kp, vp, ks[b:b + 1], vs[b:b + 1], scale=0.125,
+                                          sliding_window=20)
+        assert torch.equal(alone, whole[b:b + 1])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = shared_prefix_attention_c(q, kp, vp, ks, vs, scale=0.125, sliding_window=20)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, whole)
+
+
+@needs_c
+def test_dispatcher_takes_the_c_kernel_for_fp32_cpu():
+    inputs = _inputs(2, 4, 1, 6, 8, 64)
+    assert torch.equal(shared_prefix_attention(*inputs, scale=0.125),
+                       shared_prefix_attention_c(*inputs, scale=0.125))
+
+
+def test_refusals_name_the_reason():
+    q = torch.zeros(1, 4, 3, 64)
+    assert "fp32 CPU only" in c_attention_refusal(q.bfloat16())
+    assert "head_dim 48 is not a multiple of 32" in c_attention_refusal(torch.zeros(1, 4, 3, 48))
+    assert "soft-capping" in c_attention_refusal(q, softcap=30.0)
+    with pytest.raises(ValueError, match=r"cannot run: .*fp32 CPU only.*backend='ref'"):
+        shared_prefix_attention_c(*_inputs(1, 4, 1, 3, 2, 64, dtype=torch.bfloat16), scale=0.125)
+
+
+def test_other_inputs_fall_back_to_aten_and_still_match():
+    """bf16 and head_dim 48 go through ATen's flash path (fp32 with the C kernel forced off: test_kernels.py)."""
+    for dtype, D in ((torch.bfloat16, 64), (torch.float32, 48)):
+        inputs = _inputs(2, 4, 1, 6, 8, D, dtype=dtype)
+        out = shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=5)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        assert (out.double() - _truth(*inputs, D**-0.5, 5)).abs().max().item() <= tol
