@@ -23,6 +23,9 @@ Peers (each in its own subprocess, so that its peak RSS is its own):
   Attention and the read-out are not in it; ``floor+attn`` adds the attention FLOPs (4 x heads x head_dim x the
   (query, key) pairs of the trie tokens, sliding windows applied per layer): at these lengths they are ~15-20%
   of the matmul FLOPs. The JSON has the read-out FLOPs too.
+* ``bound``: the same FLOPs (matmul + attention) at the CPU's fp32 FMA peak (``benchmarks/peak_fma.c``:
+  register-only FMA chains on every thread): what no fp32 implementation can beat. The matmul rate is printed
+  as a fraction of that peak.
 
 Timing: per peer a warm-up on the first text's first two prompts, then the median of up to ``--repeats`` runs of
 the whole workload; the runs stop after one that took longer than ``--slow`` seconds.
@@ -62,7 +65,8 @@ LLAMA_PEERS = ("llama.cpp", "llama.cpp-b64")
 LABELS = {"plain": "(a) transformers, 1 forward/prompt", "batched": "(b) transformers, batched, no sharing",
           "llama.cpp": "(c) llama.cpp, prefix reuse", "llama.cpp-b64": "(c) llama.cpp, n_batch=64",
           "logitjudge-fp32": "(d) logitjudge fp32", "logitjudge-bf16": "(d) logitjudge bf16",
-          "floor": "floor (matmul rate)", "floor+attn": "floor incl. attention QK/PV"}
+          "floor": "floor (matmul rate)", "floor+attn": "floor incl. attention QK/PV",
+          "bound": "bound: matmul + attention FLOPs at the FMA peak"}
 TARGETS = (("llama.cpp", 1.2), ("floor", 1 / 1.15), ("floor+attn", 1 / 1.15), ("plain", 8.0), ("batched", 3.0))
 
 
@@ -232,6 +236,22 @@ def matmul_rate(threads: int, rows: int = 512, reps: int = 20) -> dict:
             "layer_flops_per_s_by_path": rates, "x640_at_640x2048_flops_per_s": 2 * rows * 640 * 2048 / t_single}
 
 
+def fma_peak(threads: int) -> dict:
+    """The CPU's fp32 FMA peak (``benchmarks/peak_fma.c``: register-only FMA chains), best of 5; no rate and the
+    reason when the C build is unavailable."""
+    import ctypes
+
+    from logitjudge_kernels import _cbuild
+
+    lib, why = _cbuild.load(HERE / "peak_fma.c", (("fma_peak_gflops", (ctypes.c_int, ctypes.c_int64, _cbuild.f32p),
+                                                    ctypes.c_double),))
+    if lib is None:
+        return {"flops_per_s": None, "why": why}
+    sink = ctypes.c_float()
+    best = max(lib.fma_peak_gflops(threads, 20_000_000, ctypes.byref(sink)) for _ in range(5))
+    return {"flops_per_s": best * 1e9, "threads": threads}
+
+
 def model_facts() -> dict:
     """Non-embedding parameter count (from the safetensors header), hidden size, vocabulary, GGUF path."""
     from safetensors import safe_open
@@ -381,9 +401,13 @@ def main(argv=None) -> int:
     det_wl = "8x350" if "8x350" in names else names[0]
     rate = matmul_rate(args.threads)
     rate["measured_gflops"] = [rate["layer_flops_per_s"] / 1e9]
+    rate["fma_peak"] = fma_peak(args.threads)
+    peak = rate["fma_peak"]["flops_per_s"]
     print(f"model: {facts['non_embedding_params'] / 1e6:.1f} M non-embedding parameters; fp32 matmul rate "
           f"{rate['layer_flops_per_s'] / 1e9:.1f} GFLOP/s (layer shapes, {args.threads} threads), "
-          f"{rate['x640_at_640x2048_flops_per_s'] / 1e9:.1f} GFLOP/s ((512x640)@(640x2048))")
+          f"{rate['x640_at_640x2048_flops_per_s'] / 1e9:.1f} GFLOP/s ((512x640)@(640x2048)); FMA peak "
+          + (f"{peak / 1e9:.1f} GFLOP/s (matmul rate = {rate['layer_flops_per_s'] / peak:.0%} of it)" if peak
+             else f"not measured ({rate['fma_peak']['why']})"))
     report = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
                           "cpus": os.cpu_count(), "python": platform.python_version()},
               "settings": {"repeats": args.repeats, "threads": args.threads, "slow": args.slow,
@@ -427,6 +451,9 @@ def main(argv=None) -> int:
                          summary["n_reads"], "attention_flops": attn}
         rows["floor+attn"] = {"seconds": (flops_floor + attn) / rate["layer_flops_per_s"],
                               "tokens": summary["trie_tokens"], "flops": flops_floor + attn}
+        if peak:  # no exact method can beat this: every FLOP it must do, at the rate the FMA units peak at
+            rows["bound"] = {"seconds": (flops_floor + attn) / peak, "tokens": summary["trie_tokens"],
+                             "flops": flops_floor + attn}
         print("\n" + table(name, summary, rows))
         if "llama.cpp-b64" in rows and "max_abs_dp_vs_n_batch_512" in rows["llama.cpp-b64"]:
             print(f"llama.cpp determinism ({name}): max abs dp between n_batch=512 and n_batch=64: "

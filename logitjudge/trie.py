@@ -46,7 +46,10 @@ def build(sequences, reads, end_keys=None, *, min_shared: int = 0) -> list[Node]
         path = []
         node = root
         for t in seq:
-            node = node.children.setdefault(int(t), _Raw())
+            child = node.children.get(int(t))
+            if child is None:  # not setdefault: that would build a node for every token of every sequence
+                child = node.children[int(t)] = _Raw()
+            node = child
             path.append(node)
         for index, token, key in reads[s]:
             if not 0 <= index < len(seq):

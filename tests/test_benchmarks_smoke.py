@@ -71,3 +71,15 @@ def test_trim_to_tokens(workloads, tiny_lm):
         n = len(tok(cut, add_special_tokens=False)["input_ids"])
         assert n <= target and text.startswith(cut) and n > 0
     assert workloads.trim_to_tokens(tok, "short", 100) == "short"
+
+
+def test_fma_peak_is_measured_or_explained():
+    """benchmarks/peers.py's FMA peak: a positive rate from the C build, or the reason it is missing."""
+    spec = importlib.util.spec_from_file_location("benchmarks_peers", ROOT / "benchmarks" / "peers.py")
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    got = peers.fma_peak(1)
+    if got["flops_per_s"] is None:
+        assert got["why"]
+    else:
+        assert 1e9 < got["flops_per_s"] < 1e14 and got["threads"] == 1

@@ -1,0 +1,26 @@
+/* The CPU's fp32 fused multiply-add peak: 12 independent chains of 16-float FMAs per thread (enough to hide the
+ * FMA latency on current x86 and ARM cores), no memory traffic. benchmarks/peers.py reports the matmul rate as a
+ * fraction of it. Built and loaded through logitjudge_kernels._cbuild (-O3 -march=native -fopenmp). */
+#include <omp.h>
+#include <stdint.h>
+
+typedef float v16 __attribute__((vector_size(64)));
+
+/* GFLOP/s of `threads` threads each running `iters` rounds of 12 vector FMAs; *sink keeps the result alive */
+double fma_peak_gflops(int threads, int64_t iters, float *sink) {
+    double t0 = omp_get_wtime();
+    float total = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+        v16 acc[12];
+        v16 b = (v16){0} + 0.999999f, c = (v16){0} + 1e-7f;
+        for (int i = 0; i < 12; i++) acc[i] = (v16){0} + (1.0f + 0.1f * (float)(i + omp_get_thread_num()));
+        for (int64_t n = 0; n < iters; n++)
+            for (int i = 0; i < 12; i++) acc[i] = acc[i] * b + c;
+        for (int i = 0; i < 12; i++)
+            for (int k = 0; k < 16; k++) total += acc[i][k];
+    }
+    double seconds = omp_get_wtime() - t0;
+    *sink = total;
+    return (double)iters * 12 * 16 * 2 * threads / seconds / 1e9;
+}
