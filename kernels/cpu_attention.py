@@ -1,7 +1,8 @@
-"""Shared-prefix attention in C for CPU, fp32 (``cpu_attention.c``): the fast path under
+"""Shared-prefix attention in C for CPU, in fp32 (``cpu_attention.c``): the fast path under
 :func:`logitjudge_kernels.shared_prefix_attention` on CPU.
 
-Same contract as :func:`~logitjudge_kernels.prefix_attention.shared_prefix_attention_ref` (its reference): B
+Same contract as :func:`~logitjudge_kernels.prefix_attention.shared_prefix_attention_ref` (its reference; bf16
+and fp16 inputs are computed in fp32, as the reference does): B
 suffix rows of S queries continue one prefix of L keys stored once, causal within the suffix, an optional
 sliding window, no soft-cap. Why a kernel of our own: ATen's CPU flash attention runs these shapes at 90-135
 GFLOP/s on a 2-core Zen 4 (causal per-head calls of ~80 queries, an LSE merge of the two parts), this one at
@@ -39,10 +40,13 @@ def cpu_attention_status() -> str | None:
     return _library()[1] or None
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)  # computed in fp32 from upcast copies, returned in their dtype
+
+
 def c_attention_refusal(q: torch.Tensor, softcap: float | None = None) -> str | None:
     """None if :func:`shared_prefix_attention_c` takes these inputs, else why not."""
-    if q.device.type != "cpu" or q.dtype != torch.float32:
-        return f"the C kernel is fp32 CPU only (got {q.dtype} on {q.device.type})"
+    if q.device.type != "cpu" or q.dtype not in (torch.float32, *LOW_PRECISION):
+        return f"the C kernel takes CPU fp32/bf16/fp16 only (got {q.dtype} on {q.device.type})"
     if q.shape[-1] % HEAD_DIM_MULTIPLE:
         return f"head_dim {q.shape[-1]} is not a multiple of {HEAD_DIM_MULTIPLE}"
     if softcap is not None:
@@ -52,15 +56,17 @@ def c_attention_refusal(q: torch.Tensor, softcap: float | None = None) -> str | 
 
 def shared_prefix_attention_c(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
                               sliding_window: int | None = None) -> torch.Tensor:
-    """The C kernel (inputs already checked by the dispatcher; see :func:`c_attention_refusal`).
-    Returns (B, Hq, S, D) fp32, a view of a contiguous (B, S, Hq, D) tensor."""
+    """The C kernel (inputs already checked by the dispatcher; see :func:`c_attention_refusal`). bf16/fp16 inputs
+    are upcast to fp32 (copies) and the output cast back. Returns (B, Hq, S, D) in q's dtype, a view of a
+    contiguous (B, S, Hq, D) tensor."""
     reason = c_attention_refusal(q)
     if reason:
         raise ValueError(f"shared_prefix_attention_c cannot run: {reason}; use backend='ref'")
     B, Hq, S, D = q.shape
     Hkv, L, _ = k_prefix.shape
-    q, k_prefix, v_prefix, k_suffix, v_suffix = (t.contiguous() for t in (q, k_prefix, v_prefix, k_suffix,
-                                                                          v_suffix))
+    dtype = q.dtype
+    q, k_prefix, v_prefix, k_suffix, v_suffix = (t.float().contiguous() for t in (q, k_prefix, v_prefix,
+                                                                                  k_suffix, v_suffix))
     out = torch.empty(B, S, Hq, D)
     if out.numel():
         status = _library()[0].prefix_attention_f32(
@@ -69,4 +75,4 @@ def shared_prefix_attention_c(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scal
         if status:
             raise MemoryError(f"the C attention kernel could not allocate its scratch for B={B}, S={S}, L={L}, "
                               f"D={D}; use smaller batches (token_budget)")
-    return out.transpose(1, 2)
+    return out.to(dtype).transpose(1, 2)

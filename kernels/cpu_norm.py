@@ -10,7 +10,9 @@ these kernels does its job in one pass over a row that stays in L1:
   layout that attention reads.
 
 Each has a ``*_ref`` (the PyTorch ops the native step function used before, the parity ground truth) and a
-dispatcher that takes the C kernel for contiguous fp32 CPU tensors when it is built, else the reference.
+dispatcher that takes the C kernel for CPU tensors when it is built, else the reference. The kernels compute
+in fp32; bf16/fp16 inputs are upcast (copies) and the results rounded once to their dtype, where the references
+round after each op (RMSNorm, residual add, each RoPE product): within a few units in the last place of bf16.
 
 The C source is built at first use by :mod:`._cbuild` (system compiler, cached per machine); without it the
 references run (:func:`cpu_kernels_status` says why). Tolerance against the references: 1e-5 in fp32 (the sum
@@ -79,8 +81,11 @@ def cpu_kernels_status() -> str | None:
     return _library()[1] or None
 
 
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # bf16/fp16: the fp32 kernel on upcast copies
+
+
 def _usable(*tensors: torch.Tensor) -> bool:
-    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and _library()[0] is not None
+    return all(t.device.type == "cpu" and t.dtype in KERNEL_DTYPES for t in tensors) and _library()[0] is not None
 
 
 def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -99,16 +104,16 @@ def _check_weight(w: torch.Tensor, d: int, what: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ dispatchers
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """:func:`rms_norm_ref` through the C kernel where it applies (fp32 CPU)."""
+    """:func:`rms_norm_ref` through the C kernel where it applies (CPU)."""
     _check_weight(w, x.shape[-1], "the norm weight")
     if not _usable(x, w):
         return rms_norm_ref(x, w, eps)
-    x2, stride = _rows(x)
-    w = w.contiguous()
+    x2, stride = _rows(x.float())
+    w = w.float().contiguous()
     out = torch.empty(x2.shape, dtype=torch.float32)
     _library()[0].rms_norm_f32(ptr(x2), stride, ptr(w), ptr(out), x2.shape[0], x2.shape[1], eps,
                                torch.get_num_threads())
-    return out.view(x.shape)
+    return out.view(x.shape).to(x.dtype)
 
 
 def residual_rms_norm(x, y, w_y, w_next, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,11 +125,12 @@ def residual_rms_norm(x, y, w_y, w_next, eps: float) -> tuple[torch.Tensor, torc
     _check_weight(w_next, d, "the next norm weight")
     if not _usable(x, y, w_y, w_next):
         return residual_rms_norm_ref(x, y, w_y, w_next, eps)
-    x, y, w_y, w_next = (t.contiguous() for t in (x, y, w_y, w_next))
+    dtype = x.dtype
+    x, y, w_y, w_next = (t.float().contiguous() for t in (x, y, w_y, w_next))
     x_out, h_out = torch.empty_like(x), torch.empty_like(x)
     _library()[0].residual_rms_norm_f32(ptr(x), ptr(y), ptr(w_y), ptr(w_next), ptr(x_out), ptr(h_out),
                                         x.numel() // d, d, eps, torch.get_num_threads())
-    return x_out, h_out
+    return x_out.to(dtype), h_out.to(dtype)
 
 
 def qk_norm_rope(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: float):
@@ -140,10 +146,10 @@ def qk_norm_rope(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: flo
     _check_weight(k_w, D, "the k norm weight")
     if not _usable(qkv, q_w, k_w, cos, sin) or D > MAX_HEAD_DIM or D % 2:
         return qk_norm_rope_ref(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=eps)
-    x2, stride = _rows(qkv)
-    q_w, k_w, cos, sin = (t.contiguous() for t in (q_w, k_w, cos, sin))
+    x2, stride = _rows(qkv.float())
+    q_w, k_w, cos, sin = (t.float().contiguous() for t in (q_w, k_w, cos, sin))
     q = torch.empty(B, heads, S, D)
     k, v = torch.empty(B, kv_heads, S, D), torch.empty(B, kv_heads, S, D)
     _library()[0].qk_norm_rope_f32(ptr(x2), stride, ptr(q_w), ptr(k_w), ptr(cos), ptr(sin), ptr(q), ptr(k),
                                    ptr(v), B, S, heads, kv_heads, D, eps, torch.get_num_threads())
-    return q, k, v
+    return q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)

@@ -215,11 +215,11 @@ def _suffix_cpu(q, k, v, scale: float, window: int | None):
 
 def shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
                                 sliding_window: int | None = None) -> torch.Tensor:
-    """CPU fast path: the C kernel (:mod:`.cpu_attention`) where it applies (fp32, head_dim a multiple of 32,
-    built), else :func:`shared_prefix_attention_aten`: the same method as the reference through ATen's fused
-    flash-attention kernel for CPU (blocked, no score matrix in memory, returns the LSE), the parts merged by
-    LSE; the prefix part stacks queries as in the reference; masks exist only where a window cuts. No soft-cap
-    (the dispatcher sends those to the reference)."""
+    """CPU fast path: the C kernel (:mod:`.cpu_attention`) where it applies (head_dim a multiple of 32, built;
+    bf16/fp16 computed in fp32), else :func:`shared_prefix_attention_aten`: the same method as the reference
+    through ATen's fused flash-attention kernel for CPU (blocked, no score matrix in memory, returns the LSE),
+    the parts merged by LSE; the prefix part stacks queries as in the reference; masks exist only where a
+    window cuts. No soft-cap (the dispatcher sends those to the reference)."""
     _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, None)
     fn = shared_prefix_attention_c if c_attention_refusal(q) is None else shared_prefix_attention_aten
     return fn(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, sliding_window=sliding_window)

@@ -5,10 +5,12 @@ larger kernels, because on a CPU the time goes to GEMMs and to the passes over m
 
 * q/k/v and gate/up run as one GEMM each; the model's own ``nn.Linear`` weights become views into the fused
   matrices, so no memory is added and the model still runs unchanged through transformers;
-* on CPU in fp32 the projection weights are also kept pre-packed for oneDNN (no per-call re-layout);
-* on CPU in fp32 the gate GEMM applies GELU and the up GEMM the product in oneDNN's epilogues, and the
-  passes between GEMMs are fused C row kernels (``logitjudge_kernels.cpu_norm``: q/k norm + RoPE written in
-  the attention layout; residual add + norm + the next norm in one pass); elsewhere their PyTorch references
+* on CPU in fp32 (and bf16 where the CPU has bf16 GEMMs) the projection weights are also kept pre-packed for
+  oneDNN (no per-call re-layout), and the gate GEMM applies GELU and the up GEMM the product in oneDNN's
+  epilogues;
+* on CPU the passes between GEMMs are fused C row kernels (``logitjudge_kernels.cpu_norm``: q/k norm + RoPE
+  written in the attention layout; residual add + norm + the next norm in one pass) and attention is a C
+  kernel (``logitjudge_kernels.cpu_attention``), both computing in fp32; elsewhere their PyTorch references
   run (fp32 inside, as Gemma's norms); rotary tables are computed once per call;
 * one call may hold rows that continue different prefixes (groups of rows, each with its own
   :class:`~logitjudge.forward.PrefixKV`): the GEMMs run over all rows, attention per group;
@@ -82,12 +84,13 @@ def _norm_weight(norm) -> torch.Tensor:
     return 1.0 + norm.weight.detach().float()  # Gemma scales by (1 + w), in fp32
 
 
-PACK_MAX_BYTES = 2 << 30  # oneDNN-packed copies of the projection weights are made up to this size (fp32 CPU)
+PACK_MAX_BYTES = 2 << 30  # oneDNN-packed copies of the projection weights are made up to this size (CPU)
 
 
 class _Weight:
     """A projection weight (out, in) and, optionally, a oneDNN-packed copy of it. Packing once saves the
-    per-call re-layout: measured 15-25% faster fp32 GEMMs on the shapes of Gemma-3-270M (benchmarks/README)."""
+    per-call re-layout: 15-25% faster fp32 GEMMs on the shapes of Gemma-3-270M (``benchmarks/peers.py`` prints
+    both rates: ``layer_flops_per_s_by_path`` in its JSON)."""
 
     __slots__ = ("weight", "packed")
 
@@ -105,8 +108,9 @@ class _Weight:
 class _GeluGate:
     """The gated MLP input ``gelu_tanh(x W_gate^T) * (x W_up^T)`` from one fused (2 I, d) weight. With packed
     weights the GELU and the product run inside oneDNN's GEMM epilogues (post-ops), while the output tile is in
-    cache, instead of as two more passes over a (rows, 2 I) matrix: measured 17% faster on 2048 x 640 -> 2 x 2048
-    (benchmarks/README); the same values (max |diff| 2e-6 at outputs of magnitude 20)."""
+    cache, instead of as two more passes over a (rows, 2 I) matrix: 17% faster on 2048 x 640 -> 2 x 2048, and
+    8x350 in ``benchmarks/engine.py`` went from 14.0 to 13.3 s; the same values (max |diff| 2e-6 at outputs of
+    magnitude 20)."""
 
     __slots__ = ("weight", "gate", "up")
 
@@ -126,6 +130,15 @@ class _GeluGate:
         gate = torch.ops.mkldnn._linear_pointwise(x2, self.gate, None, "gelu", [], "tanh")
         out = torch.ops.mkldnn._linear_pointwise.binary(x2, gate, self.up, None, "mul")
         return out.view(*x.shape[:-1], self.weight.shape[0] // 2)
+
+
+def _bf16_gemms_available() -> bool:
+    """oneDNN has native bf16 GEMMs on this CPU (AVX-512 BF16 / AMX): packing bf16 weights pays (8x350 bf16:
+    7.5 -> 7.1 s); without them oneDNN would emulate."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _packing_available() -> bool:
@@ -151,8 +164,8 @@ class _Layer:
 class NativeGemma3:
     """Prepared once per model; called like :func:`logitjudge.forward.forward_shared`.
 
-    ``pack``: keep oneDNN-packed copies of the projection weights (faster fp32 GEMMs on CPU, more memory);
-    None = on CPU in fp32 when those weights take at most ``PACK_MAX_BYTES``."""
+    ``pack``: keep oneDNN-packed copies of the projection weights (faster GEMMs on CPU, more memory); None = on
+    CPU in fp32, or in bf16 where the CPU has bf16 GEMMs, when those weights take at most ``PACK_MAX_BYTES``."""
 
     def __init__(self, model, *, pack: bool | None = None):
         reason = native_support(model)
@@ -172,7 +185,8 @@ class NativeGemma3:
             size = sum(m.weight.numel() * m.weight.element_size()
                        for layer in layers for m in (*_attn_linears(layer), *_mlp_linears(layer)))
             w = layers[0].self_attn.q_proj.weight
-            pack = w.device.type == "cpu" and w.dtype == torch.float32 and size <= PACK_MAX_BYTES
+            pack = w.device.type == "cpu" and size <= PACK_MAX_BYTES and (
+                w.dtype == torch.float32 or (w.dtype == torch.bfloat16 and _bf16_gemms_available()))
         self.packed = bool(pack) and _packing_available()
         self.layers = []
         pk = self.packed

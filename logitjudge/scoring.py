@@ -215,8 +215,8 @@ def _row_kernels(lm, engine) -> str | None:
     """Which RMSNorm/RoPE row kernels the native path ran: the C ones, or the PyTorch references and why."""
     if engine.prefix_mode != "native":
         return None
-    if lm.device != "cpu" or lm.dtype != "fp32":
-        return "PyTorch reference (the C kernels are fp32 CPU only)"
+    if lm.device != "cpu":
+        return "PyTorch reference (the C kernels are CPU only)"
     from logitjudge_kernels.cpu_norm import cpu_kernels_status
 
     status = cpu_kernels_status()

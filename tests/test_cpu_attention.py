@@ -101,17 +101,27 @@ def test_dispatcher_takes_the_c_kernel_for_fp32_cpu():
 
 def test_refusals_name_the_reason():
     q = torch.zeros(1, 4, 3, 64)
-    assert "fp32 CPU only" in c_attention_refusal(q.bfloat16())
+    assert "CPU fp32/bf16/fp16 only" in c_attention_refusal(q.double())
+    assert "CPU fp32/bf16/fp16 only" in c_attention_refusal(torch.zeros(1, 4, 3, 64, device="meta"))
     assert "head_dim 48 is not a multiple of 32" in c_attention_refusal(torch.zeros(1, 4, 3, 48))
     assert "soft-capping" in c_attention_refusal(q, softcap=30.0)
-    with pytest.raises(ValueError, match=r"cannot run: .*fp32 CPU only.*backend='ref'"):
-        shared_prefix_attention_c(*_inputs(1, 4, 1, 3, 2, 64, dtype=torch.bfloat16), scale=0.125)
+    with pytest.raises(ValueError, match=r"cannot run: head_dim 48 .*backend='ref'"):
+        shared_prefix_attention_c(*_inputs(1, 4, 1, 3, 2, 48), scale=0.125)
 
 
-def test_other_inputs_fall_back_to_aten_and_still_match():
-    """bf16 and head_dim 48 go through ATen's flash path (fp32 with the C kernel forced off: test_kernels.py)."""
-    for dtype, D in ((torch.bfloat16, 64), (torch.float32, 48)):
-        inputs = _inputs(2, 4, 1, 6, 8, D, dtype=dtype)
-        out = shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=5)
-        tol = 1e-5 if dtype == torch.float32 else 2e-2
-        assert (out.double() - _truth(*inputs, D**-0.5, 5)).abs().max().item() <= tol
+@needs_c
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_is_computed_in_fp32(dtype):
+    """bf16/fp16 inputs: the fp32 kernel on upcast copies, the output rounded once to the input dtype."""
+    inputs = _inputs(2, 4, 1, 9, 20, 64, seed=6, dtype=dtype)
+    out = shared_prefix_attention_c(*inputs, scale=0.125, sliding_window=12)
+    assert out.dtype == dtype and out.transpose(1, 2).is_contiguous()
+    fp32 = shared_prefix_attention_c(*(t.float() for t in inputs), scale=0.125, sliding_window=12)
+    assert torch.equal(out, fp32.to(dtype))
+
+
+def test_head_dim_not_multiple_of_32_falls_back_to_aten_and_still_matches():
+    """head_dim 48 goes through ATen's flash path (fp32 with the C kernel forced off: test_kernels.py)."""
+    inputs = _inputs(2, 4, 1, 6, 8, 48)
+    out = shared_prefix_attention(*inputs, scale=48**-0.5, sliding_window=5)
+    assert (out.double() - _truth(*inputs, 48**-0.5, 5)).abs().max().item() <= 1e-5

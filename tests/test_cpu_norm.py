@@ -100,15 +100,34 @@ def test_qk_norm_rope_reference_is_the_model_math():
     _close(k, k_hf)
 
 
-def test_bf16_and_non_cpu_inputs_take_the_reference():
-    x = torch.randn(4, 64).bfloat16()
-    w = torch.ones(64)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_runs_the_fp32_kernel_and_rounds_once(dtype):
+    """bf16/fp16: the fp32 kernel on upcast copies, results in the input dtype; within 2 units in the last
+    place (at 1.0) of the reference, which rounds after every op."""
+    _needs_c()
+    ulp = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}[dtype]
+    g = torch.Generator().manual_seed(8)
+    x, y = torch.randn(6, 64, generator=g).to(dtype), torch.randn(6, 64, generator=g).to(dtype)
+    w, w2 = 1 + 0.1 * torch.randn(64, generator=g), 1 + 0.1 * torch.randn(64, generator=g)
     out = cn.rms_norm(x, w, 1e-6)
-    assert out.dtype == torch.bfloat16
-    assert torch.equal(out, cn.rms_norm_ref(x, w, 1e-6))
-    got = cn.residual_rms_norm(x, x, w, w, 1e-6)
-    want = cn.residual_rms_norm_ref(x, x, w, w, 1e-6)
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert out.dtype == dtype
+    assert torch.equal(out, cn.rms_norm(x.float(), w, 1e-6).to(dtype))
+    for a, b in zip(cn.residual_rms_norm(x, y, w, w2, 1e-6), cn.residual_rms_norm_ref(x, y, w, w2, 1e-6)):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.float(), b.float(), rtol=2 * ulp, atol=2 * ulp)
+    qkv = torch.randn(2, 3, 3 * 32, generator=g).to(dtype)
+    ang = torch.randn(2, 3, 16, generator=g)
+    cos, sin = torch.cat([ang.cos()] * 2, -1).to(dtype), torch.cat([ang.sin()] * 2, -1).to(dtype)
+    got = cn.qk_norm_rope(qkv, w[:32], w2[:32], cos, sin, heads=1, kv_heads=1, eps=1e-6)
+    want = cn.qk_norm_rope_ref(qkv, w[:32], w2[:32], cos, sin, heads=1, kv_heads=1, eps=1e-6)
+    for a, b in zip(got, want):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.float(), b.float(), rtol=2 * ulp, atol=2 * ulp)
+
+
+def test_non_cpu_and_other_dtypes_take_the_reference():
+    x, w = torch.randn(4, 64).double(), torch.ones(64)
+    assert torch.equal(cn.rms_norm(x, w, 1e-6), cn.rms_norm_ref(x, w, 1e-6))
 
 
 def test_shape_errors_name_the_problem():

@@ -1,0 +1,120 @@
+"""Where the engine's time goes: one workload, the native step function's parts timed in place.
+
+Wraps (for the timed run only) the projections (packed GEMMs; the gated-MLP GEMMs with their GELU/product
+epilogues), the q/k norm + RoPE and residual + norm row kernels, attention (shared-prefix and the last layer's
+read positions) and the step function as a whole; the rest of the run (trie, scheduling, the read-out of the
+vocabulary head, Python) is the run minus the step function. Each part's FLOPs rate is printed where it has one
+(GEMMs: 2 x rows x weight size of every call; attention: the trie's (query, key) pairs as in
+benchmarks/peers.py, which the last layer's pruning makes a slight overestimate).
+
+    .venv/bin/python benchmarks/breakdown.py [--workload 8x350] [--dtype fp32] [--threads 2] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import workloads  # noqa: E402
+
+import logitjudge.native as native  # noqa: E402
+from logitjudge.engine import Engine  # noqa: E402
+from logitjudge.models import load_model  # noqa: E402
+
+PARTS = {  # (owner, attribute) -> label
+    (native._Weight, "__call__"): "GEMMs: q/k/v, output, down projections",
+    (native._GeluGate, "__call__"): "GEMMs: gate/up with GELU x up epilogues",
+    (native, "qk_norm_rope"): "q/k norm + RoPE (row kernel)",
+    (native, "residual_rms_norm"): "residual + norms (row kernel)",
+    (native, "rms_norm"): "first / read-position norms",
+    (native, "shared_prefix_attention"): "attention (shared prefix + suffix)",
+    (native, "attend_selected"): "attention (last layer, read positions)",
+    (native.NativeGemma3, "__call__"): "step function, total",
+}
+
+
+def timed_run(engine: Engine, groups) -> tuple[float, dict, dict]:
+    """(run seconds, seconds per part, GEMM FLOPs per part) of one run with the parts wrapped."""
+    seconds: dict = defaultdict(float)
+    gemm_flops: dict = defaultdict(int)
+    saved = {}
+    for (owner, name), label in PARTS.items():
+        fn = getattr(owner, name)
+        saved[(owner, name)] = fn
+
+        def wrapper(*args, _fn=fn, _label=label, **kwargs):
+            t0 = time.perf_counter()
+            out = _fn(*args, **kwargs)
+            seconds[_label] += time.perf_counter() - t0
+            if _label.startswith("GEMMs"):  # args: (projection, x); weight (out, in)
+                w, x = args[0].weight, args[1]
+                gemm_flops[_label] += 2 * (x.numel() // x.shape[-1]) * w.shape[0] * w.shape[1]
+            return out
+
+        setattr(owner, name, wrapper)
+    try:
+        t0 = time.perf_counter()
+        engine.prompt_logprobs(groups)
+        total = time.perf_counter() - t0
+    finally:
+        for (owner, name), fn in saved.items():
+            setattr(owner, name, fn)
+    return total, dict(seconds), dict(gemm_flops)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="gemma-3-270m")
+    ap.add_argument("--workload", default="8x350", choices=list(workloads.NAMES))
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="untimed-part runs; the fastest is reported")
+    ap.add_argument("--out", default="benchmarks/results/breakdown.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    lm = load_model(args.model, dtype=args.dtype)
+    engine = Engine(lm)
+    if engine.prefix_mode != "native":
+        ap.error(f"the breakdown times the native step function; this model runs {engine.prefix_mode!r}")
+    wl = workloads.build(args.workload, lm)
+    engine.prompt_logprobs([wl.groups[0][:1]])  # warm-up (and the C kernels' build, if not cached)
+    plain = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        engine.prompt_logprobs(wl.groups)
+        plain.append(time.perf_counter() - t0)
+    total, seconds, gemm_flops = timed_run(engine, wl.groups)
+    cfg = lm.model.get_decoder().config
+    attn_flops = sum(4 * cfg.num_attention_heads * cfg.head_dim *
+                     wl.trie_context(cfg.sliding_window if t == "sliding_attention" else None)
+                     for t in cfg.layer_types)
+    flops = {**gemm_flops, "attention (shared prefix + suffix)": attn_flops}
+    step = seconds.get("step function, total", 0.0)
+    table = [(label, seconds.get(label, 0.0)) for label in PARTS.values() if label != "step function, total"]
+    table.append(("step function, other (embedding, rotary tables, copies)", step - sum(s for _, s in table)))
+    table.append(("outside the step function (trie, read-out, Python)", total - step))
+    print(f"# {args.workload}, {args.dtype}, {args.threads} threads: run {min(plain):.2f} s (best of "
+          f"{args.repeats}), timed run {total:.2f} s\n")
+    print("| part | seconds | share | GFLOP/s |")
+    print("|---|---:|---:|---:|")
+    for label, s in table:
+        rate = flops.get(label)
+        print(f"| {label} | {s:.2f} | {s / total:.0%} | {'' if not rate or not s else f'{rate / s / 1e9:.0f}'} |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"workload": wl.summary(), "dtype": args.dtype, "threads": args.threads,
+                               "runs_s": plain, "timed_run_s": total, "parts_s": dict(table),
+                               "flops": flops}, indent=1))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
