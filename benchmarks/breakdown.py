@@ -92,9 +92,9 @@ def main(argv=None) -> int:
         plain.append(time.perf_counter() - t0)
     total, seconds, gemm_flops = timed_run(engine, wl.groups)
     cfg = lm.model.get_decoder().config
-    attn_flops = sum(4 * cfg.num_attention_heads * cfg.head_dim *
-                     wl.trie_context(cfg.sliding_window if t == "sliding_attention" else None)
-                     for t in cfg.layer_types)
+    attn_flops = wl.attention_flops(cfg.num_attention_heads, cfg.head_dim,
+                                    [cfg.sliding_window if t == "sliding_attention" else None
+                                     for t in cfg.layer_types])
     flops = {**gemm_flops, "attention (shared prefix + suffix)": attn_flops}
     step = seconds.get("step function, total", 0.0)
     table = [(label, seconds.get(label, 0.0)) for label in PARTS.values() if label != "step function, total"]

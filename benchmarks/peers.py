@@ -447,8 +447,7 @@ def main(argv=None) -> int:
             rows["llama.cpp-b64"]["max_abs_dp_vs_n_batch_512"] = det[0]
             rows["llama.cpp-b64"]["max_abs_dp_raw_vs_n_batch_512"] = det[1]
         flops_floor = 2 * facts["non_embedding_params"] * summary["trie_tokens"]
-        ctx = {w: wl.trie_context(w) for w in set(facts["layer_windows"])}
-        attn = sum(4 * facts["heads"] * facts["head_dim"] * ctx[w] for w in facts["layer_windows"])
+        attn = wl.attention_flops(facts["heads"], facts["head_dim"], facts["layer_windows"])
         rows["floor"] = {"seconds": flops_floor / rate["layer_flops_per_s"], "tokens": summary["trie_tokens"],
                          "flops": flops_floor, "readout_flops": 2 * facts["hidden"] * facts["vocab"] *
                          summary["n_reads"], "attention_flops": attn}

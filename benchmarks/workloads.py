@@ -128,6 +128,12 @@ class Workload:
         attention work of one layer that any exact method must do, in units of (query, key) pairs."""
         return sum(d if window is None else min(d, window) for d in self._trie_depths())
 
+    def attention_flops(self, heads: int, head_dim: int, layer_windows) -> int:
+        """FLOPs of the attention QK and PV products over the trie's (query, key) pairs, summed over layers with
+        their sliding windows (None = global): 4 x heads x head_dim per pair."""
+        ctx = {w: self.trie_context(w) for w in set(layer_windows)}
+        return sum(4 * heads * head_dim * ctx[w] for w in layer_windows)
+
     @property
     def n_reads(self) -> int:
         total = 0

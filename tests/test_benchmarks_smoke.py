@@ -46,6 +46,8 @@ def test_workload_counts(workloads, tiny_lm, name):
         assert wl.plain_tokens == sum(len(p.prompt_ids) for p in wl.prompts) <= wl.padded_tokens(16)
         assert wl.n_reads == len(wl.prompts) * wl.rubric.n_options
     assert wl.trie_context(1) == wl.trie_tokens < wl.trie_context(64) <= wl.trie_context(None)
+    assert wl.attention_flops(2, 8, [None, 64, None]) == 4 * 2 * 8 * (2 * wl.trie_context(None) +
+                                                                       wl.trie_context(64))
     s = wl.summary()
     assert s["prompts"] == len(wl.prompts) and s["trie_tokens"] == wl.trie_tokens
     back = workloads.groups_from_json(wl.to_json())
@@ -83,3 +85,26 @@ def test_fma_peak_is_measured_or_explained():
         assert got["why"]
     else:
         assert 1e9 < got["flops_per_s"] < 1e14 and got["threads"] == 1
+
+
+def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
+    """benchmarks/breakdown.py's timed run: every part of the native step function seen, GEMM FLOPs counted,
+    and the wrapped functions restored afterwards."""
+    import logitjudge.native as native
+
+    spec = importlib.util.spec_from_file_location("benchmarks_breakdown", ROOT / "benchmarks" / "breakdown.py")
+    breakdown = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(breakdown)
+    before = {key: getattr(*key) for key in breakdown.PARTS}
+    wl = workloads.build("1x350", tiny_lm)
+    engine = Engine(tiny_lm)
+    assert engine.prefix_mode == "native"
+    total, seconds, flops = breakdown.timed_run(engine, wl.groups[:1])
+    assert {key: getattr(*key) for key in breakdown.PARTS} == before
+    step = seconds["step function, total"]
+    assert 0 < step <= total
+    for label in ("GEMMs: q/k/v, output, down projections", "GEMMs: gate/up with GELU x up epilogues",
+                  "q/k norm + RoPE (row kernel)", "residual + norms (row kernel)"):
+        assert 0 < seconds[label] < step
+    cfg = tiny_lm.model.config
+    assert flops["GEMMs: gate/up with GELU x up epilogues"] % (2 * 2 * cfg.hidden_size * cfg.intermediate_size) == 0

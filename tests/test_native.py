@@ -82,6 +82,27 @@ def test_fused_weights_are_views_and_model_still_runs():
     assert torch.equal(before, after)
 
 
+@torch.inference_mode()
+def test_packing_decision_and_packed_bf16_matches_unpacked():
+    """Packed oneDNN weights by default in fp32 on CPU, in bf16 where the CPU has bf16 GEMMs; packed and
+    unpacked bf16 (the gated MLP with and without GEMM epilogues) agree within bf16 rounding."""
+    from logitjudge.native import _bf16_gemms_available, _packing_available
+
+    lm = fresh_tiny_lm(softcap=None)
+    assert NativeGemma3(lm.model).packed == _packing_available()
+    model = lm.model.to(torch.bfloat16)
+    auto = NativeGemma3(model)
+    assert auto.packed == (_packing_available() and _bf16_gemms_available())
+    if not auto.packed:
+        pytest.skip("no bf16 GEMMs here: bf16 weights are not packed")
+    ids = _ids(lm, 30)
+    packed, _ = auto(model, ids, PrefixKV.empty(4), capture=False)
+    plain, _ = NativeGemma3(model, pack=False)(model, ids, PrefixKV.empty(4), capture=False)
+    assert packed.dtype == plain.dtype == torch.bfloat16
+    rel = ((packed.float() - plain.float()).norm() / plain.float().norm()).item()
+    assert rel < 2e-2, rel
+
+
 def test_attend_selected_matches_plain_attention():
     g = torch.Generator().manual_seed(3)
     B, Hq, Hkv, S, L, D = 3, 4, 2, 9, 11, 16
