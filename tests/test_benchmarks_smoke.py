@@ -90,7 +90,6 @@ def test_fma_peak_is_measured_or_explained():
 def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
     """benchmarks/breakdown.py's timed run: every part of the native step function seen, GEMM FLOPs counted,
     and the wrapped functions restored afterwards."""
-    import logitjudge.native as native
 
     spec = importlib.util.spec_from_file_location("benchmarks_breakdown", ROOT / "benchmarks" / "breakdown.py")
     breakdown = importlib.util.module_from_spec(spec)
