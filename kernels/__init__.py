@@ -4,9 +4,10 @@ Installed as ``logitjudge_kernels`` (the folder is ``kernels/``). Each kernel ha
 (``*_ref``), a Triton implementation (``*_triton``, CUDA or ``TRITON_INTERPRET=1``) and a dispatcher
 taking ``backend="auto" | "ref" | "triton"`` (attention also ``"cpu"``: the C kernel of ``cpu_attention`` in
 fp32, else ATen's fused CPU flash attention).
-``cpu_norm`` / ``cpu_attention``: fused fp32 RMSNorm / residual / RoPE row kernels and shared-prefix attention
-in C for CPU (built with the system compiler at first use, ``_cbuild``), each with its PyTorch reference;
-without a compiler the references (attention: ATen's flash path) run.
+``cpu_norm`` / ``cpu_attention`` / ``cpu_readout``: fused RMSNorm / residual / RoPE row kernels, shared-prefix
+attention and the full-vocabulary log-sum-exp in C for CPU, computing in fp32 (built with the system compiler
+at first use, ``_cbuild``; shared tiles in ``cpu_tiles.h``), each with its PyTorch reference; without a
+compiler the references (attention: ATen's flash path) run.
 """
 
 from ._triton_util import HAS_TRITON, interpreter_active, triton_usable

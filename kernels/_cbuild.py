@@ -2,9 +2,10 @@
 
 A source is compiled once per machine (``$CC``, else ``cc``/``gcc``: ``-O3 -march=native -fopenmp``, ~1 s, no
 Python or torch headers) into ``$LOGITJUDGE_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/logitjudge/kernels`` or
-``~/.cache/logitjudge/kernels``), keyed by the source, the flags, the compiler's version and the CPU's feature
-flags (a ``-march=native`` build must not be reused on another CPU), and loaded with ctypes. The OpenMP runtime
-it links is the libgomp torch has already loaded (same SONAME), so both share one thread pool.
+``~/.cache/logitjudge/kernels``), keyed by the source and the headers beside it, the flags, the compiler's
+version and the CPU's feature flags (a ``-march=native`` build must not be reused on another CPU), and loaded
+with ctypes. The OpenMP runtime it links is the libgomp torch has already loaded (same SONAME), so both share
+one thread pool.
 
 No compiler, a failed build or ``LOGITJUDGE_CPU_KERNELS=0`` -> :func:`load` returns ``(None, why)`` and the
 callers run their PyTorch references instead: slower, never different numbers beyond the stated tolerances.
@@ -65,7 +66,9 @@ def load(source: Path, signatures: tuple) -> tuple[ctypes.CDLL | None, str]:
     source = Path(source)
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-        key = hashlib.sha256("\0".join([source.read_text(), " ".join(FLAGS), version, _cpu_flags()]).encode())
+        headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the source may include
+        key = hashlib.sha256("\0".join([source.read_text(), *headers, " ".join(FLAGS), version,
+                                        _cpu_flags()]).encode())
         target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -10,90 +10,10 @@
  *   3. the weighted sum of values, MR x 32 output columns per register tile, divided by the row's sum at the end.
  * Written with GCC vector extensions (16 floats), so the same source builds for AVX-512 or narrower units.
  */
-#include <math.h>
 #include <omp.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-
-#define MR 6  /* query rows per register tile */
-#define NP 16 /* keys per packed panel (one vector) */
-
-static inline v16 ld(const float *p) { return *(const v16u *)p; }
-static inline void st(float *p, v16 v) { *(v16u *)p = v; }
-static inline v16 splat(float x) { return (v16){0} + x; }
-static inline v16 vsel(vi16 m, v16 a, v16 b) { return (v16)(((vi16)a & m) | ((vi16)b & ~m)); }
-static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* exp(x) for x <= 0 (scores minus their row max); below -87.3 -> 0. Cephes' expf polynomial, ~1 ulp. */
-static inline v16 vexp(v16 x) {
-    const v16 lo = splat(-87.3f);
-    vi16 under = x < lo;
-    x = vsel(under, lo, x);
-    vi16 n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vi16); /* round to nearest, x <= 0 */
-    v16 fx = __builtin_convertvector(n, v16);
-    v16 r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
-    v16 y = splat(1.9875691500E-4f);
-    y = y * r + 1.3981999507E-3f;
-    y = y * r + 8.3334519073E-3f;
-    y = y * r + 4.1665795894E-2f;
-    y = y * r + 1.6666665459E-1f;
-    y = y * r + 5.0000001201E-1f;
-    y = y * (r * r) + r + 1.0f;
-    return vsel(under, splat(0.0f), y * (v16)((n + 127) << 23));
-}
-
-/* keys k[0..n) (rows D floats apart) -> panels of NP keys: panel p holds P[d * NP + j] = k[p * NP + j][d] */
-static void pack_keys(const float *k, int64_t n, int64_t D, float *dst) {
-    for (int64_t p = 0; p < (n + NP - 1) / NP; p++) {
-        float *P = dst + p * D * NP;
-        for (int64_t j = 0; j < NP; j++) {
-            int64_t key = p * NP + j;
-            for (int64_t d = 0; d < D; d++) P[d * NP + j] = key < n ? k[key * D + d] : 0.0f;
-        }
-    }
-}
-
-/* sc[r][c] = scale * q_r . key(p0 * NP + c) for the MR rows and the packed panels [p0, p1) */
-static void qk_tile(const float *const *q, const float *panels, int64_t p0, int64_t p1, int64_t D, float scale,
-                    float *sc, int64_t ld_sc) {
-    int64_t p = p0;
-    for (; p + 1 < p1; p += 2) {
-        const float *A = panels + p * D * NP, *B = A + D * NP;
-        v16 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
-        v16 c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
-        for (int64_t d = 0; d < D; d++) {
-            v16 a = ld(A + d * NP), b = ld(B + d * NP);
-            float q0 = q[0][d], q1 = q[1][d], q2 = q[2][d], q3 = q[3][d], q4 = q[4][d], q5 = q[5][d];
-            c00 += q0 * a; c01 += q0 * b; c10 += q1 * a; c11 += q1 * b; c20 += q2 * a; c21 += q2 * b;
-            c30 += q3 * a; c31 += q3 * b; c40 += q4 * a; c41 += q4 * b; c50 += q5 * a; c51 += q5 * b;
-        }
-        float *o = sc + (p - p0) * NP;
-        st(o, c00 * scale); st(o + NP, c01 * scale); o += ld_sc;
-        st(o, c10 * scale); st(o + NP, c11 * scale); o += ld_sc;
-        st(o, c20 * scale); st(o + NP, c21 * scale); o += ld_sc;
-        st(o, c30 * scale); st(o + NP, c31 * scale); o += ld_sc;
-        st(o, c40 * scale); st(o + NP, c41 * scale); o += ld_sc;
-        st(o, c50 * scale); st(o + NP, c51 * scale);
-    }
-    if (p < p1) {
-        const float *A = panels + p * D * NP;
-        v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0};
-        for (int64_t d = 0; d < D; d++) {
-            v16 a = ld(A + d * NP);
-            c0 += q[0][d] * a; c1 += q[1][d] * a; c2 += q[2][d] * a;
-            c3 += q[3][d] * a; c4 += q[4][d] * a; c5 += q[5][d] * a;
-        }
-        float *o = sc + (p - p0) * NP;
-        st(o, c0 * scale); st(o + ld_sc, c1 * scale); st(o + 2 * ld_sc, c2 * scale);
-        st(o + 3 * ld_sc, c3 * scale); st(o + 4 * ld_sc, c4 * scale); st(o + 5 * ld_sc, c5 * scale);
-    }
-}
+#include "cpu_tiles.h"
 
 /* acc[r][0..D) += sum over c in [c0, c1) of w[r][c] * v[c] (v rows D floats apart); D a multiple of 32 */
 static void pv_tile(const float *w, int64_t ld_w, int64_t c0, int64_t c1, const float *v, int64_t D, float *acc) {
@@ -113,26 +33,6 @@ static void pv_tile(const float *w, int64_t ld_w, int64_t c0, int64_t c1, const 
         st(a + 2 * D, a20); st(a + 2 * D + 16, a21); st(a + 3 * D, a30); st(a + 3 * D + 16, a31);
         st(a + 4 * D, a40); st(a + 4 * D + 16, a41); st(a + 5 * D, a50); st(a + 5 * D + 16, a51);
     }
-}
-
-/* exp(row - m) over n columns (a multiple of NP), then zero columns outside [keep0, keep1); returns the sum */
-static float exp_keep(float *row, int64_t n, float m, int64_t keep0, int64_t keep1) {
-    for (int64_t c = 0; c < n; c += NP) st(row + c, vexp(ld(row + c) - m));
-    keep0 = min64(max64(keep0, 0), n);
-    keep1 = min64(max64(keep1, keep0), n);
-    memset(row, 0, sizeof(float) * keep0);
-    memset(row + keep1, 0, sizeof(float) * (n - keep1));
-    v16 s = {0};
-    for (int64_t c = 0; c < n; c += NP) s += ld(row + c);
-    float sum = 0.0f;
-    for (int k = 0; k < NP; k++) sum += s[k];
-    return sum;
-}
-
-static float row_max(const float *row, int64_t c0, int64_t c1, float m) {
-#pragma omp simd reduction(max : m)
-    for (int64_t c = c0; c < c1; c++) m = row[c] > m ? row[c] : m;
-    return m;
 }
 
 /* q (B, Hkv, G, S, D); k_pre, v_pre (Hkv, L, D); k_suf, v_suf (B, Hkv, S, D); out (B, S, Hkv * G, D); all

@@ -28,6 +28,7 @@ from ._triton_util import (
     tl,
     triton,
 )
+from .cpu_readout import MIN_ROWS, c_readout_refusal, logsumexp_c
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -225,12 +226,19 @@ def label_logprobs(hidden, weight, label_ids, *, softcap: float | None = None, c
         label_ids: (R, M) integer token ids per row, or (M,) shared by all rows.
         softcap: final-logit soft-capping, logits <- softcap * tanh(logits / softcap).
         chunk: vocabulary entries processed per step (bounds the temporary (R, chunk) logits).
-        backend: "auto" (Triton on CUDA, else the reference), "ref" or "triton".
+        backend: "auto" (Triton on CUDA; on CPU the C kernel of ``cpu_readout`` in fp32 without soft-cap from
+            ``MIN_ROWS`` rows, else the reference), "ref", "triton" or "cpu" (the C kernel).
 
     Returns: :class:`LabelReadout` with fp32 ``logsumexp`` (R,), ``label_logits`` (R, M) and the
     ``label_logprobs`` property.
     """
     label_ids = _check_inputs(hidden, weight, label_ids, softcap, chunk)
+    if backend == "cpu" or (backend == "auto" and hidden.shape[0] >= MIN_ROWS
+                            and c_readout_refusal(hidden, weight, softcap) is None):
+        reason = c_readout_refusal(hidden, weight, softcap)
+        if reason:
+            raise ValueError(f"backend='cpu' cannot run: {reason}; use backend='ref'")
+        return LabelReadout(logsumexp_c(hidden, weight), _label_logits(hidden, weight, label_ids, softcap))
     path = resolve_backend(backend, hidden.device)
     if path == "triton" and hidden.shape[0] > 0:
         lse = _lse_triton(hidden, weight, softcap, chunk)
