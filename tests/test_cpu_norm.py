@@ -15,6 +15,7 @@ RTOL, ATOL = 1e-5, 1e-5
 def fresh_library(monkeypatch, tmp_path):
     """A kernel library built (or refused) anew, into a private cache; the shared one is restored after."""
     monkeypatch.setenv("LOGITJUDGE_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(cb.DISABLE_ENV, raising=False)  # these tests build; one sets it again itself
     cb.load.cache_clear()
     yield tmp_path
     cb.load.cache_clear()
