@@ -4,7 +4,7 @@
 Same contract as :func:`~logitjudge_kernels.prefix_attention.shared_prefix_attention_ref` (its reference; bf16
 and fp16 inputs are computed in fp32, as the reference does): B
 suffix rows of S queries continue one prefix of L keys stored once, causal within the suffix, an optional
-sliding window, no soft-cap. Why a kernel of our own: ATen's CPU flash attention runs these shapes at 90-135
+sliding window, no soft-cap. Why a kernel of our own: ATen's CPU flash attention runs these shapes at 80-170
 GFLOP/s on a 2-core Zen 4 (causal per-head calls of ~80 queries, an LSE merge of the two parts), this one at
 ~200 (``benchmarks/kernels.py``), near the machine's fp32 GEMM rate: the G query heads of a KV head are stacked
 so each packed key panel feeds 6 rows, prefix and suffix keys go through one exact softmax (no merge), and a
@@ -29,6 +29,7 @@ SOURCE = Path(__file__).with_name("cpu_attention.c")
 _SIGNATURES = (("prefix_attention_f32", (f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, i64, i64, i64, i64, i64,
                                           f32, c_int), c_int),)
 HEAD_DIM_MULTIPLE = 32  # the value tile is 32 floats wide
+LOW_PRECISION = (torch.bfloat16, torch.float16)  # computed in fp32 from upcast copies, returned in their dtype
 
 
 def _library():
@@ -38,9 +39,6 @@ def _library():
 def cpu_attention_status() -> str | None:
     """None when the C attention kernel is built and loaded, else why not."""
     return _library()[1] or None
-
-
-LOW_PRECISION = (torch.bfloat16, torch.float16)  # computed in fp32 from upcast copies, returned in their dtype
 
 
 def c_attention_refusal(q: torch.Tensor, softcap: float | None = None) -> str | None:

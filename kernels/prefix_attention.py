@@ -14,7 +14,10 @@ part is per row; the two partial results are merged through their log-sum-exps.
 * :func:`shared_prefix_attention_triton` - Triton: pass 1 (prefix, one program per block of stacked queries
   and KV head) writes fp32 partial outputs + LSEs; pass 2 (one program per block of suffix queries and
   query head) starts its online softmax from that state and walks the causal suffix keys.
-* :func:`shared_prefix_attention` - dispatcher (``backend="auto" | "ref" | "triton"``).
+* :func:`shared_prefix_attention_cpu` - CPU: the C kernel of :mod:`.cpu_attention` (one exact softmax over
+  [prefix ; suffix], no merge) where it applies, else :func:`shared_prefix_attention_aten` (this method through
+  ATen's CPU flash-attention kernel).
+* :func:`shared_prefix_attention` - dispatcher (``backend="auto" | "ref" | "triton" | "cpu"``).
 * :func:`attention_ref` - plain attention over explicitly concatenated keys (ground truth for tests).
 """
 

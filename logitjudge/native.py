@@ -117,19 +117,16 @@ class _GeluGate:
     def __init__(self, weight: torch.Tensor, pack: bool):
         self.weight = weight
         half = weight.shape[0] // 2
-        self.gate = self.up = None
-        if pack:
-            self.gate = torch.ops.mkldnn._reorder_linear_weight(weight[:half], 256)
-            self.up = torch.ops.mkldnn._reorder_linear_weight(weight[half:], 256)
+        self.gate, self.up = _Weight(weight[:half], pack), _Weight(weight[half:], pack)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate is None:
+        if self.gate.packed is None:
             gate, up = F.linear(x, self.weight).chunk(2, dim=-1)
             return F.gelu(gate, approximate="tanh").mul_(up)
         x2 = x.reshape(-1, x.shape[-1])
-        gate = torch.ops.mkldnn._linear_pointwise(x2, self.gate, None, "gelu", [], "tanh")
-        out = torch.ops.mkldnn._linear_pointwise.binary(x2, gate, self.up, None, "mul")
-        return out.view(*x.shape[:-1], self.weight.shape[0] // 2)
+        gate = torch.ops.mkldnn._linear_pointwise(x2, self.gate.packed, None, "gelu", [], "tanh")
+        out = torch.ops.mkldnn._linear_pointwise.binary(x2, gate, self.up.packed, None, "mul")
+        return out.view(*x.shape[:-1], self.up.weight.shape[0])
 
 
 def _bf16_gemms_available() -> bool:
