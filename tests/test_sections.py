@@ -62,9 +62,8 @@ class MeanScore(Section):
     def compute(self, ctx: Context, c=None):
         return {"mean": float(ctx.prompt_scores(c).mean())}
 
-    def markdown(self, analysis):
-        return "\n".join([f"## {self.title}", ""] + [f"- {k}: {v['mean']:.4f} ({analysis['settings']['reading']}"
-                                                     " reading)" for k, v in self.results(analysis).items()])
+    def tables(self, res, analysis):
+        return [f"- {k}: {v['mean']:.4f}" for k, v in res.items()]
 
     def summary(self, analysis):
         return [f"{k}: {v['mean']:.4f}" for k, v in self.results(analysis).items()]
@@ -88,7 +87,9 @@ def test_a_new_section_is_one_object_and_one_registry_line(planted, with_mean_sc
     res = analyze(t, n_boot=10)
     truth = np.einsum("icko,co->ick", t.probs, t.values).mean(axis=(0, 2))  # expected score, by hand
     assert [res["mean_score"][c]["mean"] for c in t.criteria] == pytest.approx(truth, abs=1e-12)
-    assert f"- C0: {truth[0]:.4f} (expected reading)" in format_markdown(res)
+    md = format_markdown(res)
+    assert "## Mean score\n\nScores use the expected reading: each prompt's probability-weighted" in md
+    assert f"- C0: {truth[0]:.4f}\n- C1: {truth[1]:.4f}" in md
     paths = write_report(tmp_path, res, title="new section")
     assert paths["plots"]["mean_score"].is_file()
     page = paths["html"].read_text(encoding="utf-8")

@@ -121,27 +121,41 @@ class Context:
         return out
 
 
+NEEDS = {"human": "no human scores given", "groups": "no groups (pass groups or score grouped items)"}
+
+
 class Section:
-    """One analysis section. Subclasses set ``name`` (its key in the analysis dict), ``title``, ``CAPTION``
-    (``{reading}`` is filled in) and ``per_criterion``, and implement :meth:`compute` and :meth:`markdown`;
-    ``plot`` is None for a section without a figure."""
+    """One analysis section. Subclasses set ``name`` (its key in the analysis dict), ``title``, ``CAPTION`` and
+    ``NOTE`` (the caption and the line under the Markdown heading; ``{reading}`` is filled in), ``needs`` (the
+    Context fields it cannot do without) and ``per_criterion``, and implement :meth:`compute` and
+    :meth:`tables`; ``plot`` is None for a section without a figure."""
 
     name: str = ""
     title: str = ""
     CAPTION: str = ""
+    NOTE: str = "Scores use the {reading}."
+    needs: tuple[str, ...] = ()
     per_criterion: bool = True
     plot = None  # or a method (analysis, path) -> Path, None when there is nothing to draw
 
     def requires(self, ctx: Context) -> str | None:
         """Why the whole section cannot be computed from ``ctx`` (None when it can)."""
-        return None
+        return next((NEEDS[k] for k in self.needs if getattr(ctx, k) is None), None)
 
     def compute(self, ctx: Context, c: int | None = None):
         """The section's result for criterion ``c`` (or the table): a dict or Result, or :class:`Partial`."""
         raise NotImplementedError
 
     def markdown(self, analysis: dict) -> str:
-        """The section's tables ('' when it has no results)."""
+        """The heading, the note saying how the numbers were read, and the tables ('' without results)."""
+        res = self.results(analysis)
+        if not res:
+            return ""
+        head = [f"## {self.title}", "", self.NOTE.format(reading=reading_note(analysis)), ""]
+        return "\n".join(head + self.tables(res, analysis)).rstrip()
+
+    def tables(self, res: dict, analysis: dict) -> list[str]:
+        """Markdown lines of the results ``res`` (per criterion, or the whole-table result)."""
         raise NotImplementedError
 
     def summary(self, analysis: dict) -> list[str]:
@@ -156,5 +170,6 @@ class Section:
         return self.CAPTION.format(reading=reading_note(analysis))
 
     def results(self, analysis: dict) -> dict:
-        """The computed per-criterion results (criteria that were skipped left out)."""
-        return {k: v for k, v in (analysis.get(self.name) or {}).items() if v is not None}
+        """The computed per-criterion results (criteria that were skipped left out), or the whole-table result."""
+        res = analysis.get(self.name) or {}
+        return {k: v for k, v in res.items() if v is not None} if self.per_criterion else res

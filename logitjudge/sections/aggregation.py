@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._base import Context, Section
-from ._format import fmt, md_table, reading_note
+from ._format import fmt, md_table
 
 
 class Aggregation(Section):
@@ -22,17 +22,12 @@ class Aggregation(Section):
                 "mean_abs_shift_fixed_vs_debiased": float(np.abs(fixed - ref).mean()),
                 "reference": "balanced" if "balanced" in scores else "all_orderings"}
 
-    def markdown(self, analysis: dict) -> str:
-        res = self.results(analysis)
-        if not res:
-            return ""
+    def tables(self, res: dict, analysis: dict) -> list[str]:
         strategies = list(dict.fromkeys(s for a in res.values() for s in a["mean_score"]))
         rows = [[name] + [fmt(a["mean_score"].get(s)) for s in strategies]
                 + [f"{fmt(a['mean_abs_shift_fixed_vs_debiased'])} (vs {a['reference']})"]
                 for name, a in res.items()]
-        return "\n".join([f"## {self.title}", "", f"Scores use the {reading_note(analysis)}.", ""]
-                         + md_table(["criterion"] + [f"mean {s}" for s in strategies]
-                                    + ["mean shift FIXED vs debiased"], rows))
+        return md_table(["criterion"] + [f"mean {s}" for s in strategies] + ["mean shift FIXED vs debiased"], rows)
 
     def summary(self, analysis: dict) -> list[str]:
         return [f"{c}: FIXED moves an item's score by {fmt(a['mean_abs_shift_fixed_vs_debiased'])} points on "

@@ -9,7 +9,7 @@ from .. import stats as st
 from ..stats._result import BALANCED, StatsError
 from . import _plot
 from ._base import Context, Section
-from ._format import ci, fmt, md_table, reading_note
+from ._format import ci, fmt, md_table
 
 PRIDE_MIN_ITEMS = 10  # PriDe estimates its prior on 20% of the human-scored items and debiases the rest
 
@@ -24,9 +24,8 @@ class Alignment(Section):
     title = "Human alignment"
     CAPTION = ("Item-level correlation with human scores per aggregation strategy (95% bootstrap CIs). Judge "
                "scores use the {reading}.")
-
-    def requires(self, ctx: Context) -> str | None:
-        return None if ctx.human else "no human scores given"
+    NOTE = "Judge scores use the {reading}."
+    needs = ("human",)
 
     def compute(self, ctx: Context, c: int | None = None) -> dict:
         hs = ctx.human_scores(c)
@@ -61,11 +60,8 @@ class Alignment(Section):
                                                                         n_boot=max(ctx.n_boot, 1), **kw)}
         return out
 
-    def markdown(self, analysis: dict) -> str:
-        res = self.results(analysis)
-        if not res:
-            return ""
-        lines = [f"## {self.title}", "", f"Judge scores use the {reading_note(analysis)}.", ""]
+    def tables(self, res: dict, analysis: dict) -> list[str]:
+        lines = []
         for name, al in res.items():
             rows = [[strat] + [ci(cors[m], "statistic", "ci_low", "ci_high") for m in cors]
                     + [ci(al["grouped"][strat], "statistic", "ci_low", "ci_high") if strat in al["grouped"] else "—"]
@@ -80,7 +76,7 @@ class Alignment(Section):
                 lines += ["", f"{key}: Δr = {ci(cmp, 'statistic', 'ci_low', 'ci_high')}, "
                               f"paired bootstrap p = {fmt(cmp['pvalue'], 4)}."]
             lines.append("")
-        return "\n".join(lines).rstrip()
+        return lines
 
     def summary(self, analysis: dict) -> list[str]:
         method = analysis.get("settings", {}).get("method", "pearson")

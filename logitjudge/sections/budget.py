@@ -8,7 +8,7 @@ import numpy as np
 from .. import stats as st
 from . import _plot
 from ._base import Context, Section, Skip
-from ._format import fmt, md_table, pct, reading_note
+from ._format import fmt, md_table, pct
 
 
 class Budget(Section):
@@ -17,9 +17,8 @@ class Budget(Section):
     CAPTION = ("Correlation with human scores as a function of the number of prompts per item K, per ordering "
                "strategy (band: ±1 sd over random draws / balanced windows). Diamonds mark K=3 and K=5; the box "
                "gives the share of the full gain r(Kmax) - r(1) reached there. Judge scores use the {reading}.")
-
-    def requires(self, ctx: Context) -> str | None:
-        return None if ctx.human else "no human scores given"
+    NOTE = "Judge scores use the {reading}."
+    needs = ("human",)
 
     def compute(self, ctx: Context, c: int | None = None) -> dict:
         hs = ctx.human_scores(c)
@@ -33,11 +32,8 @@ class Budget(Section):
                           for s in b.curves}
         return out
 
-    def markdown(self, analysis: dict) -> str:
-        res = self.results(analysis)
-        if not res:
-            return ""
-        lines = [f"## {self.title}", "", f"Judge scores use the {reading_note(analysis)}.", ""]
+    def tables(self, res: dict, analysis: dict) -> list[str]:
+        lines = []
         for name, b in res.items():
             strats = list(b["curves"])
             rows = [[str(k)] + [fmt(b["curves"][s][j]) for s in strats]
@@ -49,7 +45,7 @@ class Budget(Section):
                 lines += [f"- RANDOM reaches {b['variance_share']:.0%} of BALANCED's gain over FIXED at "
                           f"K={b['ks'][-1]}."]
             lines.append("")
-        return "\n".join(lines).rstrip()
+        return lines
 
     def summary(self, analysis: dict) -> list[str]:
         return [f"{c}: gain at K=3 / K=5: " + ", ".join(f"{s.upper()} {pct(g.get('K=3'))} / {pct(g.get('K=5'))}"

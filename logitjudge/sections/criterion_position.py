@@ -8,7 +8,7 @@ import numpy as np
 from .. import stats as st
 from . import _plot
 from ._base import Context, Section
-from ._format import fmt, md_table, reading_note
+from ._format import fmt, md_table
 
 
 class CriterionPosition(Section):
@@ -30,21 +30,17 @@ class CriterionPosition(Section):
         return st.criterion_position_effect(scores, ctx.table.criterion_orders, n_boot=ctx.n_boot,
                                             n_perm=max(100, min(ctx.n_boot, 1000)), rng=ctx.rng)
 
-    def markdown(self, analysis: dict) -> str:
-        cp = analysis.get(self.name)
-        if not cp:
-            return ""
+    def tables(self, cp: dict, analysis: dict) -> list[str]:
         k = len(cp["matrix"][0])
         rows = [[name] + [fmt(x, 2) for x in cp["matrix"][j]]
                 + [f"{fmt(cp['spread'][j], 2)} [{fmt(cp['spread_ci_low'][j], 2)}, "
                    f"{fmt(cp['spread_ci_high'][j], 2)}]", fmt(cp["pvalue"][j], 4)]
                 for j, name in enumerate(analysis["table"]["criteria"])]
         header = ["criterion"] + [f"pos {p}" for p in range(k)] + ["spread (points)", f"p ({cp['test']})"]
-        return "\n".join([f"## {self.title}", "", f"Scores use the {reading_note(analysis)}.", ""]
-                         + md_table(header, rows))
+        return md_table(header, rows)
 
     def summary(self, analysis: dict) -> list[str]:
-        cp = analysis.get(self.name)
+        cp = self.results(analysis)
         if not cp:
             return []
         return [f"{c}: spread {fmt(s, 2)} [{fmt(lo, 2)}, {fmt(hi, 2)}] points"
@@ -53,7 +49,7 @@ class CriterionPosition(Section):
 
     def plot(self, analysis: dict, path):
         """Heatmap: each criterion's mean score at each criterion position minus its mean over positions."""
-        cp = analysis.get(self.name)
+        cp = self.results(analysis)
         if not cp:
             return None
         m = np.asarray([[_plot.num(x) for x in row] for row in cp["matrix"]])

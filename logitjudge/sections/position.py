@@ -46,6 +46,9 @@ class Position(Section):
                "visits every position in a balanced design, so a tilt here is position bias, not content. The "
                "panel title's direction and Cramér's V come from the chi-square test on the argmax reading "
                "(the most probable position of each prompt).")
+    NOTE = ("Mean probability: the exact label distributions. Argmax share, χ² and Cramér's V: the argmax reading "
+            "(each prompt's most probable position; exact ties split). Log-odds: the exact log-probabilities "
+            "(log-linear position-effect model).")
 
     def compute(self, ctx: Context, c: int | None = None) -> Partial:
         t, n_boot, rng = ctx.table, ctx.n_boot, ctx.rng
@@ -78,14 +81,8 @@ class Position(Section):
             out.append(_criterion_verdict(name, chi, why))
         return [v.split(": ", 1)[1] for v in out] if len(out) == 1 else out
 
-    def markdown(self, analysis: dict) -> str:
-        res = self.results(analysis)
-        if not res:
-            return ""
-        lines = ["## Position preference", "",
-                 "Mean probability: the exact label distributions. Argmax share, χ² and Cramér's V: the argmax "
-                 "reading (each prompt's most probable position; exact ties split). Log-odds: the exact "
-                 "log-probabilities (log-linear position-effect model).", ""]
+    def tables(self, res: dict, analysis: dict) -> list[str]:
+        lines = []
         for name, pos in res.items():
             dist, chi, eff = pos.get("distribution"), pos.get("chi_square"), pos.get("effect")
             rows = [[str(p), _cell(dist, "distribution", "ci_low", "ci_high", p),
@@ -101,7 +98,7 @@ class Position(Section):
                               f"Cramér's V {ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high')}; "
                               f"label: {chi['label']}."]
             lines.append("")
-        return "\n".join(lines).rstrip()
+        return lines
 
     def summary(self, analysis: dict) -> list[str]:
         out = []

@@ -8,7 +8,7 @@ import numpy as np
 from .. import stats as st
 from . import _plot
 from ._base import Context, Section
-from ._format import ci, fmt, md_table, reading_note
+from ._format import ci, fmt, md_table
 
 
 class RankStability(Section):
@@ -17,9 +17,8 @@ class RankStability(Section):
     CAPTION = ("Left: how often the top-ranked candidate of a group changes between two option orderings (95% "
                "bootstrap CI over groups). Right: the same for best-of-N selection among N candidates drawn per "
                "group. Candidates are ranked by each prompt's score, the {reading}.")
-
-    def requires(self, ctx: Context) -> str | None:
-        return None if ctx.groups is not None else "no groups (pass groups or score grouped items)"
+    NOTE = "Candidates are ranked by each prompt's score, the {reading}."
+    needs = ("groups",)
 
     def compute(self, ctx: Context, c: int | None = None) -> dict:
         keep = ctx.groups != ""
@@ -27,16 +26,12 @@ class RankStability(Section):
         return {"stability": st.rank_stability(s, g, option_orders=o, n_boot=ctx.n_boot, rng=ctx.rng),
                 "best_of_n": st.best_of_n_instability(s, g, option_orders=o, n_draws=ctx.n_draws, rng=ctx.rng)}
 
-    def markdown(self, analysis: dict) -> str:
-        res = self.results(analysis)
-        if not res:
-            return ""
+    def tables(self, res: dict, analysis: dict) -> list[str]:
         rows = [[name, ci(s, "kendall_tau", "kendall_tau_ci_low", "kendall_tau_ci_high"),
                  ci(s, "flip_rate", "flip_rate_ci_low", "flip_rate_ci_high"), fmt(s["flip_rate_vs_canonical"]),
                  str(s["n_groups_used"])] for name, s in ((n, r["stability"]) for n, r in res.items())]
         header = ["criterion", "Kendall tau", "top-1 flip rate", "flip vs canonical", "groups"]
-        note = f"Candidates are ranked by each prompt's score, the {reading_note(analysis)}."
-        return "\n".join([f"## {self.title}", "", note, ""] + md_table(header, rows))
+        return md_table(header, rows)
 
     def summary(self, analysis: dict) -> list[str]:
         return [f"{c}: top-1 flip rate {ci(r['stability'], 'flip_rate', 'flip_rate_ci_low', 'flip_rate_ci_high', 2)}"
