@@ -21,10 +21,12 @@ from .table import ScoreTable
 __all__ = ["HumanScoresError", "analyze", "format_markdown", "read_human_scores"]
 
 
-def _run(section: Section, ctx: Context, c: int | None, key: str, skipped: dict):
-    """The section's result, or None with the reason under ``skipped[key]``."""
+def _run(section: Section, ctx: Context, c: int | None, skipped: dict):
+    """The section's result for criterion ``c`` (None: the table), or None with the reason under ``skipped``."""
+    names = (section.name,) if c is None else (section.name, ctx.criteria[c])
+    key = ".".join(names)
     try:
-        res = section.compute(ctx, c)
+        res = section.compute(ctx.for_part(*names), c)
     except (Skip, StatsError) as e:
         skipped[key] = str(e)
         return None
@@ -42,11 +44,11 @@ def _compute(ctx: Context) -> tuple[dict, dict]:
     out: dict = {s.name: {} for s in SECTIONS}
     for c, name in enumerate(ctx.criteria):
         for s in (s for s in active if s.per_criterion):
-            res = _run(s, ctx, c, f"{s.name}.{name}", skipped)
+            res = _run(s, ctx, c, skipped)
             if res is not None:
                 out[s.name][name] = res
     for s in (s for s in active if not s.per_criterion):
-        out[s.name] = _run(s, ctx, None, s.name, skipped)
+        out[s.name] = _run(s, ctx, None, skipped)
     return {k: v or None for k, v in out.items()}, skipped
 
 

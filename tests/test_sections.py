@@ -60,7 +60,7 @@ class MeanScore(Section):
     CAPTION = "Mean score over items and orderings ({reading})."
 
     def compute(self, ctx: Context, c=None):
-        return {"mean": float(ctx.prompt_scores(c).mean())}
+        return {"mean": float(ctx.prompt_scores(c).mean()), "draw": float(ctx.rng.random())}
 
     def tables(self, res, analysis):
         return [f"- {k}: {v['mean']:.4f}" for k, v in res.items()]
@@ -83,8 +83,12 @@ def with_mean_score():
 
 
 def test_a_new_section_is_one_object_and_one_registry_line(planted, with_mean_score, tmp_path):
-    t, _ = planted
-    res = analyze(t, n_boot=10)
+    t, h = planted
+    res = analyze(t, human=h, n_boot=10, n_draws=3)
+    SECTIONS.remove(with_mean_score)
+    without = analyze(t, human=h, n_boot=10, n_draws=3)
+    SECTIONS.append(with_mean_score)
+    assert {k: v for k, v in res.items() if k != "mean_score"} == without  # its draws move no other number
     truth = np.einsum("icko,co->ick", t.probs, t.values).mean(axis=(0, 2))  # expected score, by hand
     assert [res["mean_score"][c]["mean"] for c in t.criteria] == pytest.approx(truth, abs=1e-12)
     md = format_markdown(res)

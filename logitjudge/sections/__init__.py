@@ -3,7 +3,8 @@ Markdown rendering (:func:`format_markdown`) and the report (:mod:`logitjudge.re
 
 Adding a section: a module with a :class:`Section` subclass (``compute`` on a :class:`Context`, ``markdown``,
 optionally ``plot``, ``summary``, ``verdict``), and one line in ``SECTIONS``. Per-criterion sections run in
-registry order for each criterion, then the whole-table ones; all draw from one ``rng``.
+registry order for each criterion, then the whole-table ones; each (section, criterion) draws from a generator
+of its own (:meth:`Context.for_part`), so a new section changes no other section's numbers.
 """
 
 from __future__ import annotations

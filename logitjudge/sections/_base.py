@@ -8,7 +8,8 @@ reason under ``skipped`` and goes on with the other sections.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -50,8 +51,12 @@ def _labels_for(table: ScoreTable, mapping: dict | None, what: str) -> np.ndarra
 @dataclass(frozen=True)
 class Context:
     """Everything a section may read. ``groups``/``systems`` hold one label per item ('' where missing);
-    ``rng`` is one generator the sections draw from in registry order; ``reading`` is how a prompt's exact
-    distribution becomes a score ('expected', 'argmax' or 'draw', as in :func:`logitjudge.stats.read_scores`).
+    ``reading`` is how a prompt's exact distribution becomes a score ('expected', 'argmax' or 'draw', as in
+    :func:`logitjudge.stats.read_scores`).
+
+    Randomness: ``rng`` is the generator of the section being computed, :meth:`for_part` of ``seed`` and the
+    section's and criterion's names, so that adding, removing or reordering sections (or criteria) leaves every
+    other section's numbers unchanged.
     """
 
     table: ScoreTable
@@ -60,6 +65,7 @@ class Context:
     groups: np.ndarray | None
     systems: np.ndarray | None
     rng: np.random.Generator
+    seed: int
     n_boot: int
     method: str
     n_draws: int
@@ -83,12 +89,21 @@ class Context:
         check_choice("reading", reading, READINGS)
         return cls(table, st.detect_design(table.option_orders), human or None, group_arr,
                    _labels_for(table, systems, "system"), np.random.default_rng(rng),
+                   int(np.random.default_rng(rng).integers(2**63)),
                    0 if table.n_items < 2 else n_boot,  # no bootstrap over a single item: point estimates
                    method, n_draws, reading)
 
     @property
     def criteria(self) -> list[str]:
         return list(self.table.criteria)
+
+    def generator(self, *names: str) -> np.random.Generator:
+        """A generator of its own for the part ``names`` (e.g. section and criterion) of the analysis."""
+        return np.random.default_rng([self.seed, zlib.crc32("/".join(names).encode())])
+
+    def for_part(self, *names: str) -> Context:
+        """This context with ``rng`` = :meth:`generator` of ``names`` (the memo of shared scores is kept)."""
+        return replace(self, rng=self.generator(*names), _memo=self._memo)
 
     def _cached(self, key, make):
         if key not in self._memo:
@@ -102,8 +117,8 @@ class Context:
     def prompt_scores(self, c: int) -> np.ndarray:
         """``[items, orderings]``: each prompt's score of criterion ``c`` under ``reading``."""
         t = self.table
-        return self._cached(("prompt", c), lambda: st.read_scores(t.probs[:, c], t.values[c],
-                                                                  reading=self.reading, rng=self.rng))
+        return self._cached(("prompt", c), lambda: st.read_scores(t.probs[:, c], t.values[c], reading=self.reading,
+                                                                  rng=self.generator("prompt", self.criteria[c])))
 
     def strategy_scores(self, c: int) -> dict[str, np.ndarray]:
         """Per-item scores of criterion ``c`` under FIXED, RANDOM (K=1) and BALANCED (or the mean over all
@@ -112,10 +127,11 @@ class Context:
 
     def _strategies(self, c: int) -> dict[str, np.ndarray]:
         p, v, o, r = self.table.probs[:, c], self.table.values[c], self.table.option_orders, self.reading
-        out = {"fixed": st.aggregate_scores(p, v, o, strategy="fixed", reading=r, rng=self.rng).scores,
-               "random": st.aggregate_scores(p, v, o, strategy="random", k=1, reading=r, rng=self.rng).scores}
+        gen = self.generator("strategy", self.criteria[c])
+        out = {"fixed": st.aggregate_scores(p, v, o, strategy="fixed", reading=r, rng=gen).scores,
+               "random": st.aggregate_scores(p, v, o, strategy="random", k=1, reading=r, rng=gen).scores}
         if self.design == BALANCED:
-            out["balanced"] = st.aggregate_scores(p, v, o, strategy="balanced", reading=r, rng=self.rng).scores
+            out["balanced"] = st.aggregate_scores(p, v, o, strategy="balanced", reading=r, rng=gen).scores
         else:
             out["all_orderings"] = self.prompt_scores(c).mean(axis=1)  # mean over the (unbalanced) orderings
         return out
