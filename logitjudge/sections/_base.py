@@ -8,7 +8,7 @@ reason under ``skipped`` and goes on with the other sections.
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -99,7 +99,8 @@ class Context:
 
     def generator(self, *names: str) -> np.random.Generator:
         """A generator of its own for the part ``names`` (e.g. section and criterion) of the analysis."""
-        return np.random.default_rng([self.seed, zlib.crc32("/".join(names).encode())])
+        key = hashlib.blake2b("/".join(names).encode(), digest_size=8).digest()
+        return np.random.default_rng([self.seed, int.from_bytes(key, "little")])
 
     def for_part(self, *names: str) -> Context:
         """This context with ``rng`` = :meth:`generator` of ``names`` (the memo of shared scores is kept)."""
