@@ -41,15 +41,14 @@ def _compute(ctx: Context) -> tuple[dict, dict]:
     skipped = {s.name: s.requires(ctx) for s in SECTIONS}
     active = [s for s in SECTIONS if skipped[s.name] is None]
     skipped = {k: v for k, v in skipped.items() if v is not None}
-    out: dict = {s.name: {} for s in SECTIONS}
-    for c, name in enumerate(ctx.criteria):
-        for s in (s for s in active if s.per_criterion):
-            res = _run(s, ctx, c, skipped)
-            if res is not None:
-                out[s.name][name] = res
-    for s in (s for s in active if not s.per_criterion):
-        out[s.name] = _run(s, ctx, None, skipped)
-    return {k: v or None for k, v in out.items()}, skipped
+    out: dict = {s.name: None for s in SECTIONS}
+    for s in active:
+        if s.per_criterion:
+            each = {name: _run(s, ctx, c, skipped) for c, name in enumerate(ctx.criteria)}
+            out[s.name] = {name: res for name, res in each.items() if res is not None} or None
+        else:
+            out[s.name] = _run(s, ctx, None, skipped)
+    return out, skipped
 
 
 def analyze(table: ScoreTable, *, human: dict | None = None, groups: dict | None = None,

@@ -1,10 +1,11 @@
 """The analysis sections, one object each, and the one registry that :func:`logitjudge.analysis.analyze`, the
 Markdown rendering (:func:`format_markdown`) and the report (:mod:`logitjudge.report`) loop over.
 
-Adding a section: a module with a :class:`Section` subclass (``compute`` on a :class:`Context`, ``markdown``,
-optionally ``plot``, ``summary``, ``verdict``), and one line in ``SECTIONS``. Per-criterion sections run in
-registry order for each criterion, then the whole-table ones; each (section, criterion) draws from a generator
-of its own (:meth:`Context.for_part`), so a new section changes no other section's numbers.
+Adding a section: a module with a :class:`Section` subclass (``name``, ``title``, ``CAPTION``, ``NOTE``;
+``compute`` on a :class:`Context`, ``tables``; optionally ``needs``, ``plot``, ``summary``, ``verdict``), and one
+line in ``SECTIONS``. Sections run in registry order,
+per criterion or once for the table; each (section, criterion) draws from a generator of its own
+(:meth:`Context.for_part`), so a new section changes no other section's numbers.
 """
 
 from __future__ import annotations
