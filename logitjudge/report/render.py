@@ -2,8 +2,9 @@
 inline CSS, no external resources, all text escaped) and ``results.json`` (every number shown).
 
 Both documents are rendered from one list of blocks, so they show the same things in the same order: the
-verdict first, the setup, one section per plot (or the reason the analysis skipped it), then the full tables
-of :func:`logitjudge.analysis.format_markdown`.
+verdict first, the setup, then for each section of :data:`logitjudge.sections.SECTIONS` its plot, caption and
+headline numbers (or the reason the analysis skipped it), then the full tables of
+:func:`logitjudge.sections.format_markdown`.
 """
 
 from __future__ import annotations
@@ -13,72 +14,9 @@ import html
 import json
 from pathlib import Path
 
-from ..analysis import format_markdown
+from ..sections import SECTIONS, format_markdown
 from ..stats._result import jsonable
-from .plots import PLOTS, TITLES, make_plots
-
-CAPTIONS = {
-    "position": "Mean probability of the option shown at each position (bars, 95% bootstrap CIs over items); "
-                "the dashed line is the uniform share 1/n. Every option visits every position in a balanced "
-                "design, so a tilt here is position bias, not content.",
-    "criterion_position": "Mean expected score of each criterion at each position in the multi-criteria "
-                          "prompt, minus the criterion's mean over positions (points).",
-    "budget": "Correlation with human scores as a function of the number of prompts per item K, per ordering "
-              "strategy (band: ±1 sd over random draws / balanced windows). Diamonds mark K=3 and K=5; the "
-              "box gives the share of the full gain r(Kmax) - r(1) reached there.",
-    "rank_stability": "Left: how often the top-ranked candidate of a group changes between two option "
-                      "orderings (95% bootstrap CI over groups). Right: the same for best-of-N selection "
-                      "among N candidates drawn per group.",
-    "alignment": "Item-level correlation with human scores per aggregation strategy (95% bootstrap CIs).",
-}
-
-
-def _pct(x) -> str:
-    return "—" if x is None else f"{x:.0%}"
-
-
-def _num(x, nd=2) -> str:
-    return "—" if x is None else f"{x:.{nd}f}"
-
-
-def _p(x) -> str:
-    return "—" if x is None else f"{x:.3g}"
-
-
-def _summary(result: dict, name: str) -> list[str]:
-    """One line per criterion with the section's headline numbers."""
-    out = []
-    sec = result.get(name) or {}
-    if name == "position":
-        for c, pos in sec.items():
-            chi = (pos or {}).get("chi_square")
-            if chi:
-                out.append(f"{c}: χ² = {_num(chi['statistic'])}, p = {_p(chi['pvalue'])}, Cramér's V "
-                           f"{_num(chi['cramers_v'])} [{_num(chi['cramers_v_ci_low'])}, "
-                           f"{_num(chi['cramers_v_ci_high'])}], direction: {chi['label']}")
-    elif name == "criterion_position" and sec:
-        for c, s, lo, hi in zip(result["table"]["criteria"], sec["spread"], sec["spread_ci_low"],
-                                sec["spread_ci_high"]):
-            out.append(f"{c}: spread {_num(s)} [{_num(lo)}, {_num(hi)}] points")
-    elif name == "budget":
-        for c, b in sec.items():
-            if b:
-                parts = [f"{s.upper()} {_pct(g.get('K=3'))} / {_pct(g.get('K=5'))}"
-                         for s, g in b.get("gain_at", {}).items() if any(v is not None for v in g.values())]
-                out.append(f"{c}: gain at K=3 / K=5: " + ", ".join(parts))
-    elif name == "rank_stability":
-        for c, r in sec.items():
-            if r:
-                s = r["stability"]
-                out.append(f"{c}: top-1 flip rate {_num(s['flip_rate'])} [{_num(s['flip_rate_ci_low'])}, "
-                           f"{_num(s['flip_rate_ci_high'])}] over {s['n_groups_used']} groups")
-    elif name == "alignment":
-        method = result.get("settings", {}).get("method", "pearson")
-        for c, al in sec.items():
-            if al:
-                parts = [f"{s} {_num(v[method]['statistic'])}" for s, v in al["item"].items()]
-                out.append(f"{c} ({al['n_items']} items, {method}): " + ", ".join(parts))
-    return out
+from .plots import make_plots, skip_reason
 
 
 def _setup(result: dict, spec: dict | None, meta: dict | None, data: dict | None) -> list[str]:
@@ -101,9 +39,23 @@ def _setup(result: dict, spec: dict | None, meta: dict | None, data: dict | None
     if secs is not None:
         lines.append(f"Scoring: {secs:.1f} s" + (f", {toks} tokens through the model" if toks else ""))
     s = result.get("settings", {})
-    lines.append(f"Analysis: {s.get('n_boot')} bootstrap resamples, {s.get('method')} correlation, seed "
-                 f"{s.get('rng')}")
+    lines.append(f"Analysis: {s.get('n_boot')} bootstrap resamples, {s.get('method')} correlation, "
+                 f"{s.get('reading', 'expected')} reading of scores, seed {s.get('rng')}")
     return lines
+
+
+def _section_blocks(sec, result: dict, plot) -> list:
+    """A section's heading, then its plot, caption and headline numbers, or the reason it was skipped."""
+    lines = sec.summary(result)
+    if isinstance(plot, str) or not (lines or plot):
+        why = plot if isinstance(plot, str) else skip_reason(result, sec.name)
+        return [("h2", sec.title), ("skip", f"Skipped: {why}")]
+    blocks = [("h2", sec.title)] + ([("img", plot, sec.title)] if isinstance(plot, Path) else [])
+    blocks += [("p", sec.caption(result))] + ([("ul", lines)] if lines else [])
+    partial = [f"{k}: {v}" for k, v in (result.get("skipped") or {}).items() if k.startswith(sec.name + ".")]
+    if partial:
+        blocks.append(("skip", "Skipped for some criteria: " + "; ".join(partial)))
+    return blocks
 
 
 def build_blocks(result: dict, plots: dict, *, spec=None, table_meta=None, data_info=None, title=None) -> list:
@@ -111,19 +63,8 @@ def build_blocks(result: dict, plots: dict, *, spec=None, table_meta=None, data_
     ("md", markdown)."""
     blocks: list = [("h1", f"{title or 'logitjudge'}: position-bias report"), ("verdict", result["verdict"]),
                     ("ul", _setup(result, spec, table_meta, data_info))]
-    for name in PLOTS:
-        blocks.append(("h2", TITLES[name]))
-        p = plots.get(name)
-        if isinstance(p, Path):
-            blocks += [("img", p, TITLES[name]), ("p", CAPTIONS[name])]
-            lines = _summary(result, name)
-            if lines:
-                blocks.append(("ul", lines))
-            partial = [f"{k}: {v}" for k, v in (result.get("skipped") or {}).items() if k.startswith(name + ".")]
-            if partial:
-                blocks.append(("skip", "Skipped for some criteria: " + "; ".join(partial)))
-        else:
-            blocks.append(("skip", f"Skipped: {p}"))
+    for sec in SECTIONS:
+        blocks += _section_blocks(sec, result, plots.get(sec.name))
     body = format_markdown(result).split("\n", 1)[1].lstrip("\n")  # without the verdict line
     blocks += [("h2", "Tables"), ("md", "\n".join("#" + ln if ln.startswith("#") else ln
                                                   for ln in body.splitlines()))]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..orderings import is_balanced, validate
+from ..orderings import OrderingError, is_balanced, validate
 
 BALANCED, RANDOM, FIXED = "balanced", "random", "fixed"
 
@@ -101,8 +101,27 @@ def check_choice(name: str, value: str, choices) -> str:
     return value
 
 
+def as_float(x, name: str) -> np.ndarray:
+    """``x`` as a float64 array; anything that is not numbers is bad input (StatsError), not a numpy error."""
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise StatsError(f"{name} must be numbers ({e})") from None
+
+
+def as_orders(orders, name: str = "option_orders") -> np.ndarray:
+    """``orders`` validated as a (K, n) set of permutations; a bad one is a StatsError naming the argument."""
+    try:
+        a = validate(orders)
+    except (OrderingError, TypeError, ValueError) as e:
+        raise StatsError(f"{name}: {e}") from None
+    if a.shape[1] == 0:
+        raise ShapeError(f"{name} has no options (shape {a.shape}); each row must order at least one option")
+    return a
+
+
 def as_array(x, name: str, ndim: int, what: str) -> np.ndarray:
-    a = np.asarray(x, dtype=np.float64)
+    a = as_float(x, name)
     if a.ndim != ndim:
         raise ShapeError(f"{name} must be {ndim}-D {what}, got shape {a.shape}")
     return a
@@ -122,7 +141,7 @@ def check_distributions(p: np.ndarray, name: str, atol: float = 1e-6) -> None:
 
 
 def check_orders(option_orders, n_orderings: int, n_options: int, name: str = "option_orders") -> np.ndarray:
-    a = validate(option_orders)
+    a = as_orders(option_orders, name)
     if a.shape != (n_orderings, n_options):
         raise ShapeError(f"{name} has shape {a.shape}, expected ({n_orderings}, {n_options}) to match the "
                          "orderings and options of the probabilities")
@@ -139,7 +158,7 @@ def need_items(n: int, minimum: int, what: str) -> None:
 def detect_design(option_orders) -> str:
     """'balanced' when every option is at every position equally often (``is_balanced``), 'fixed' when every
     row is the same order, else 'random'. With a single option there are no positions: 'fixed'."""
-    a = validate(option_orders)
+    a = as_orders(option_orders)
     if a.shape[1] > 1 and is_balanced(a):
         return BALANCED
     if np.all(a == a[0]):
@@ -149,7 +168,7 @@ def detect_design(option_orders) -> str:
 
 def canonical_index(option_orders) -> int:
     """The canonical ordering: the identity row when present, else row 0."""
-    a = validate(option_orders)
+    a = as_orders(option_orders)
     ident = np.flatnonzero(np.all(a == np.arange(a.shape[1]), axis=1))
     return int(ident[0]) if ident.size else 0
 

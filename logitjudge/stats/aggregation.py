@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..orderings import validate
 from ._result import (
     BALANCED,
     DesignError,
@@ -35,6 +34,8 @@ from ._result import (
     ShapeError,
     StatsError,
     as_array,
+    as_float,
+    as_orders,
     as_rng,
     canonical_index,
     check_choice,
@@ -52,7 +53,7 @@ MODES = ("scores", "probs")
 def _inputs(probs, values, option_orders):
     p = as_array(probs, "probs", 3, "[items, orderings, options]")
     check_distributions(p, "probs")
-    v = np.asarray(values, dtype=np.float64)
+    v = as_float(values, "values")
     if v.shape != (p.shape[2],):
         raise ShapeError(f"values has shape {v.shape}, expected ({p.shape[2]},) (one value per option)")
     return p, v, check_orders(option_orders, p.shape[1], p.shape[2])
@@ -61,7 +62,9 @@ def _inputs(probs, values, option_orders):
 def read_scores(probs, values, *, reading: str = "expected", rng=None) -> np.ndarray:
     """Score of each distribution ``probs[..., option]`` under a reading -> ``[...]``."""
     check_choice("reading", reading, READINGS)
-    p, v = np.asarray(probs, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    p, v = as_float(probs, "probs"), as_float(values, "values")
+    if p.ndim < 1 or v.shape != p.shape[-1:]:
+        raise ShapeError(f"values has shape {v.shape}, expected ({p.shape[-1:]}) (one value per option)")
     if reading == "expected":
         return p @ v
     if reading == "argmax":
@@ -74,8 +77,10 @@ def select_orderings(option_orders, n_items: int, *, strategy: str, k: int | Non
                      rng=None) -> np.ndarray:
     """``[items, K]`` indices of the orderings each item is scored under (see the module doc)."""
     check_choice("strategy", strategy, STRATEGIES)
-    orders = validate(option_orders)
+    orders = as_orders(option_orders)
     n_ord = len(orders)
+    if int(n_items) != n_items or n_items < 0:
+        raise StatsError(f"n_items must be a non-negative integer, got {n_items!r}")
     if k is None:
         k = 1 if strategy == "fixed" else n_ord
     if int(k) != k or k < 1:
@@ -98,7 +103,7 @@ def select_orderings(option_orders, n_items: int, *, strategy: str, k: int | Non
 def balanced_sequence(option_orders) -> np.ndarray:
     """Row indices in the order BALANCED budgets take them: by occurrence of the row's option order (first
     occurrences of every distinct option order, in table order, then second occurrences, ...)."""
-    orders = validate(option_orders)
+    orders = as_orders(option_orders)
     _, first, inv = np.unique(orders, axis=0, return_index=True, return_inverse=True)
     inv = inv.ravel()
     rank = np.argsort(np.argsort(first))[inv]  # rank of each row's option order by first appearance
@@ -145,11 +150,11 @@ def debias_probs(probs, order, prior) -> np.ndarray:
 
     p_debiased(option at position q) ∝ p_observed(position q) / prior[q], mapped back to canonical options.
     """
-    p = np.asarray(probs, dtype=np.float64)
+    p = as_float(probs, "probs")
     o = np.asarray(order)[None]
-    pr = np.asarray(prior, dtype=np.float64)
-    if o.shape[1] != p.shape[-1] or pr.shape != (p.shape[-1],):
-        raise ShapeError(f"order ({o.shape[1]}) and prior ({pr.shape}) must match the {p.shape[-1]} options")
+    pr = as_float(prior, "prior")
+    if p.ndim < 1 or o.ndim != 2 or o.shape[1] != p.shape[-1] or pr.shape != (p.shape[-1],):
+        raise ShapeError(f"order ({o.shape[1:]}) and prior ({pr.shape}) must match the {p.shape[-1]} options")
     if np.any(pr <= 0):
         raise StatsError("the prior must be strictly positive at every position")
     by_pos = probs_by_position(p[..., None, :], o)[..., 0, :] / pr

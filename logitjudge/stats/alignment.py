@@ -18,6 +18,8 @@ from ._result import (
     InsufficientDataError,
     Result,
     ShapeError,
+    StatsError,
+    as_float,
     as_rng,
     bootstrap_indices,
     check_choice,
@@ -71,12 +73,12 @@ def undefined_reason(x, y, *, min_n: int = MIN_N) -> str:
 
 
 def _pair(x, y, name="x") -> tuple[np.ndarray, np.ndarray]:
-    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    a, b = as_float(x, name), as_float(y, "human scores")
     if a.ndim != 1 or a.shape != b.shape:
         raise ShapeError(f"{name} and human scores must be 1-D arrays of the same length, got {a.shape} and "
                          f"{b.shape}")
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-        raise ValueError(f"{name} or the human scores contain NaN/inf; drop those items first")
+        raise StatsError(f"{name} or the human scores contain NaN/inf; drop those items first")
     return a, b
 
 
@@ -293,7 +295,7 @@ def compare_correlations(x_a, x_b, y, *, method: str = "pearson", level: str = "
     check_choice("level", level, ("item", "system", "grouped"))
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     if n_boot < 1:
-        raise ValueError("a paired bootstrap test needs n_boot >= 1")
+        raise StatsError("a paired bootstrap test needs n_boot >= 1")
     rng = as_rng(rng)
     nan = float("nan")
 
@@ -303,7 +305,7 @@ def compare_correlations(x_a, x_b, y, *, method: str = "pearson", level: str = "
 
     if level == "grouped":
         if groups is None:
-            raise ValueError("level='grouped' needs groups (one label per item)")
+            raise StatsError("level='grouped' needs groups (one label per item)")
         ra_g = per_group_correlations(x_a, y, groups, method=method).statistic
         rb_g = per_group_correlations(x_b, y, groups, method=method).statistic
         both = np.isfinite(ra_g) & np.isfinite(rb_g)
@@ -318,7 +320,7 @@ def compare_correlations(x_a, x_b, y, *, method: str = "pearson", level: str = "
             raise InsufficientDataError(f"comparing correlations needs at least {MIN_N} items, got {len(y)}")
         if level == "system":
             if systems is None:
-                raise ValueError("level='system' needs systems (one label per item)")
+                raise StatsError("level='system' needs systems (one label per item)")
             s = _labels(systems, len(y), "systems")
             ma, my, inv = _system_means(x_a, y, s)
             mb, _, _ = _system_means(x_b, y, s)

@@ -22,6 +22,8 @@ from ._result import (
     InsufficientDataError,
     Result,
     ShapeError,
+    StatsError,
+    as_float,
     as_rng,
     check_choice,
     detect_design,
@@ -43,7 +45,7 @@ class GainResult(Result):
 
 def gain_fraction(r, *, tol: float = 1e-12) -> GainResult:
     """Share of the full gain r(Kmax) - r(1) reached at each K of a curve ``r`` (r[0]: K=1, r[-1]: Kmax)."""
-    a = np.asarray(r, dtype=np.float64)
+    a = as_float(r, "r")
     if a.ndim != 1 or a.size < 2:
         raise ShapeError(f"r must be a 1-D curve with at least 2 budgets, got shape {a.shape}")
     first, last = float(a[0]), float(a[-1])
@@ -96,7 +98,7 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
     BALANCED is left out (noted) when the table's orderings are not balanced.
     """
     p, v, orders = _inputs(probs, values, option_orders)
-    y = np.asarray(human, dtype=np.float64)
+    y = as_float(human, "human")
     if y.ndim != 1 or not np.all(np.isfinite(y)):
         raise ShapeError(f"human must be a 1-D array of finite scores, got shape {y.shape}")
     if len(y) != p.shape[0]:
@@ -108,9 +110,9 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
     check_choice("level", level, ("item", "grouped"))
     check_choice("reading", reading, ("expected", "argmax", "draw"))
     if level == "grouped" and groups is None:
-        raise ValueError("level='grouped' needs groups (one label per item)")
+        raise StatsError("level='grouped' needs groups (one label per item)")
     if int(n_draws) != n_draws or n_draws < 1:
-        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}")
+        raise StatsError(f"n_draws must be a positive integer, got {n_draws!r}")
     rng = as_rng(rng)
     n_items, n_ord = p.shape[:2]
     k_max = n_ord if k_max is None else int(k_max)
@@ -125,7 +127,7 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
     for s in strategies:
         check_choice("strategy", s, ("fixed", "random", "balanced"))
     if "balanced" in strategies and k_max > n_ord:
-        raise ValueError(f"k_max={k_max} exceeds the {n_ord} orderings available to BALANCED")
+        raise StatsError(f"k_max={k_max} exceeds the {n_ord} orderings available to BALANCED")
     ks = np.arange(1, k_max + 1)
     prompt_scores = None if reading == "draw" else read_scores(p, v, reading=reading)  # [items, orderings]
 

@@ -15,6 +15,7 @@ from ..orderings import inverse
 from ._result import (
     DesignError,
     Result,
+    StatsError,
     as_array,
     as_rng,
     check_choice,
@@ -77,14 +78,14 @@ def criterion_position_effect(scores, criterion_orders, *, test: str = "auto", n
     """
     s = as_array(scores, "scores", 3, "[items, criteria, orderings]")
     if not np.all(np.isfinite(s)):
-        raise ValueError("scores contain NaN or inf; pass finite expected scores")
+        raise StatsError("scores contain NaN or inf; pass finite expected scores")
     i, c, k = s.shape
     need_items(i, 2, "the criterion-position effect")
     orders = check_orders(criterion_orders, k, c, "criterion_orders")
     check_choice("test", test, ("auto", "friedman", "permutation"))
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     if int(n_perm) != n_perm or n_perm < 1:
-        raise ValueError(f"n_perm must be a positive integer, got {n_perm!r}")
+        raise StatsError(f"n_perm must be a positive integer, got {n_perm!r}")
     rng = as_rng(rng)
     onehot = np.eye(c)[inverse(orders)]  # [orderings, criteria, positions]
     counts = onehot.sum(axis=0)  # [criteria, positions]

@@ -28,7 +28,9 @@ from ._result import (
     RandomDesignWarning,
     Result,
     ShapeError,
+    StatsError,
     as_array,
+    as_float,
     as_rng,
     bootstrap_weights,
     check_choice,
@@ -51,7 +53,7 @@ def probs_by_position(probs, option_orders) -> np.ndarray:
 
     ``probs`` is ``[..., ordering, option]`` in canonical order (any leading axes, e.g. items and criteria).
     """
-    p = np.asarray(probs, dtype=np.float64)
+    p = as_float(probs, "probs")
     if p.ndim < 2:
         raise ShapeError(f"probs must be at least 2-D [..., orderings, options], got shape {p.shape}")
     o = check_orders(option_orders, p.shape[-2], p.shape[-1])
@@ -60,7 +62,7 @@ def probs_by_position(probs, option_orders) -> np.ndarray:
 
 def probs_from_positions(pbp, option_orders) -> np.ndarray:
     """Inverse of :func:`probs_by_position`: ``[..., ordering, position]`` back to canonical option order."""
-    p = np.asarray(pbp, dtype=np.float64)
+    p = as_float(pbp, "pbp")
     if p.ndim < 2:
         raise ShapeError(f"pbp must be at least 2-D [..., orderings, positions], got shape {p.shape}")
     o = check_orders(option_orders, p.shape[-2], p.shape[-1])
@@ -135,7 +137,10 @@ class PositionChiSquareResult(Result):
 
 def cramers_v_gof(chi2, n, k):
     """Cramér's V for a goodness-of-fit test: sqrt(chi2 / (N (k - 1)))."""
-    return np.sqrt(np.asarray(chi2, dtype=np.float64) / (n * (k - 1)))
+    chi2, n = as_float(chi2, "chi2"), as_float(n, "n")
+    if k < 2 or np.any(n <= 0) or np.any(chi2 < 0):
+        raise StatsError(f"Cramér's V needs chi2 >= 0, N > 0 and k >= 2 categories, got k={k}")
+    return np.sqrt(chi2 / (n * (k - 1)))
 
 
 def chosen_positions(pbp, *, reading: str = "argmax", rng=None, tol: float = 1e-12) -> np.ndarray:
@@ -171,8 +176,10 @@ def _check_design(design: str, allow_confounded: bool, what: str) -> None:
 
 def position_label(shares, ci_low, pvalue: float, alpha: float) -> tuple[str, str]:
     """Direction label from the shares, their CI lower bounds and the test's p-value (see the result doc)."""
-    shares = np.asarray(shares)
+    shares = as_float(shares, "shares")
     n = shares.size
+    if n < 2 or not isinstance(pvalue, (int, float, np.number)):
+        raise StatsError(f"position_label needs >= 2 shares and a numeric p-value, got {n} and {pvalue!r}")
     if not pvalue < alpha:
         return "none", f"not significant (p = {pvalue:.3g} >= alpha = {alpha})"
     top = int(np.argmax(shares))
@@ -320,7 +327,7 @@ def pride_prior(log_probs_by_position, *, option_orders=None, average: str = "lo
     balanced).
     """
     check_choice("average", average, ("log", "prob"))
-    lp = np.asarray(log_probs_by_position, dtype=np.float64)
+    lp = as_float(log_probs_by_position, "log_probs_by_position")
     if lp.ndim == 2:
         lp = lp[None]
     if lp.ndim != 3:

@@ -23,7 +23,9 @@ from ._result import (
     InsufficientDataError,
     Result,
     ShapeError,
+    StatsError,
     as_array,
+    as_float,
     as_rng,
     bootstrap_weights,
     canonical_index,
@@ -36,7 +38,7 @@ from ._result import (
 def _prepare(scores, groups, canonical, option_orders):
     s = as_array(scores, "scores", 2, "[items, orderings]")
     if not np.all(np.isfinite(s)):
-        raise ValueError("scores contain NaN or inf; pass finite per-prompt scores")
+        raise StatsError("scores contain NaN or inf; pass finite per-prompt scores")
     n_items, k = s.shape
     g = np.asarray(groups).astype(str)
     if g.shape != (n_items,):
@@ -46,7 +48,7 @@ def _prepare(scores, groups, canonical, option_orders):
     if canonical is None:
         canonical = 0 if option_orders is None else canonical_index(option_orders)
     if not 0 <= int(canonical) < k:
-        raise ValueError(f"canonical={canonical} is not one of the {k} orderings")
+        raise StatsError(f"canonical={canonical} is not one of the {k} orderings")
     names, inv, sizes = np.unique(g, return_inverse=True, return_counts=True)
     keep = np.flatnonzero(sizes >= 2)
     if keep.size == 0:
@@ -80,6 +82,10 @@ def _pair_masks(k: int, canonical: int) -> tuple[np.ndarray, np.ndarray]:
 
 def kendall_tau_matrix(by_group: np.ndarray, valid: np.ndarray, tol: float = 1e-9) -> np.ndarray:
     """[orderings, orderings, groups] Kendall tau-b between the rankings of every pair of orderings."""
+    by_group, valid = as_float(by_group, "by_group"), np.asarray(valid, dtype=bool)
+    if by_group.ndim != 3 or valid.shape != by_group.shape[1:]:
+        raise ShapeError(f"by_group must be [orderings, groups, candidates] and valid [groups, candidates], "
+                         f"got {by_group.shape} and {valid.shape}")
     d = by_group[..., :, None] - by_group[..., None, :]  # [K, G, m, m]
     sign = np.where(np.abs(d) > tol, np.sign(d), 0.0) * (valid[:, :, None] & valid[:, None, :])
     num = np.einsum("agij,bgij->abg", sign, sign)
@@ -166,14 +172,14 @@ def best_of_n_instability(scores, groups, *, ns=None, n_draws: int = 200, canoni
     largest group size.
     """
     if int(n_draws) != n_draws or n_draws < 1:
-        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}")
+        raise StatsError(f"n_draws must be a positive integer, got {n_draws!r}")
     by_group, valid, canonical, _ = _prepare(scores, groups, canonical, option_orders)
     rng = as_rng(rng)
     k = by_group.shape[0]
     sizes = valid.sum(axis=1)
     ns = np.arange(2, sizes.max() + 1) if ns is None else np.asarray(ns, dtype=np.int64).ravel()
     if ns.size == 0 or ns.min() < 1:
-        raise ValueError(f"ns must be positive candidate counts, got {ns.tolist()}")
+        raise StatsError(f"ns must be positive candidate counts, got {ns.tolist()}")
     upper, vs = _pair_masks(k, canonical)
     flip, flip_c, used = np.full(ns.size, np.nan), np.full(ns.size, np.nan), np.zeros(ns.size, dtype=np.int64)
     for j, n in enumerate(ns):

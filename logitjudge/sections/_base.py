@@ -1,0 +1,192 @@
+"""What every analysis section shares: the :class:`Context` it computes from and the :class:`Section` shape.
+
+A section computes one result per criterion (``per_criterion``) or one for the whole table, renders it as
+Markdown, a summary and a caption, and may draw a plot. ``compute`` raises :class:`Skip` (or a
+:class:`~logitjudge.stats.StatsError` from the estimators) when it cannot answer; the analysis records the
+reason under ``skipped`` and goes on with the other sections.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .. import stats as st
+from ..stats._result import BALANCED, AlignmentError, check_choice
+from ..stats.aggregation import READINGS
+from ..table import ScoreTable
+from ._format import reading_note
+
+
+class Skip(Exception):
+    """A section (or a criterion of it) that cannot be computed; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Partial:
+    """A result with some parts left out: ``skipped`` maps each part to the reason."""
+
+    value: dict
+    skipped: dict
+
+
+def _check_ids(table: ScoreTable, mapping: dict, what: str) -> None:
+    ids = set(table.item_ids.tolist())
+    unknown = [k for k in mapping if str(k) not in ids]
+    if unknown:
+        raise AlignmentError(f"{len(unknown)} {what} ids are not in the table (e.g. {unknown[:3]}); they "
+                             "must match the item ids of the scored texts")
+
+
+def _labels_for(table: ScoreTable, mapping: dict | None, what: str) -> np.ndarray | None:
+    """One label per table item ('' where missing); unknown ids are an error."""
+    if not mapping:
+        return None
+    _check_ids(table, mapping, what)
+    return np.asarray([str(mapping.get(i, "")) for i in table.item_ids])
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a section may read. ``groups``/``systems`` hold one label per item ('' where missing);
+    ``reading`` is how a prompt's exact distribution becomes a score ('expected', 'argmax' or 'draw', as in
+    :func:`logitjudge.stats.read_scores`).
+
+    Randomness: ``rng`` is the generator of the section being computed, :meth:`for_part` of ``seed`` and the
+    section's and criterion's names, so that adding, removing or reordering sections (or criteria) leaves every
+    other section's numbers unchanged.
+    """
+
+    table: ScoreTable
+    design: str
+    human: dict | None
+    groups: np.ndarray | None
+    systems: np.ndarray | None
+    rng: np.random.Generator
+    seed: int
+    n_boot: int
+    method: str
+    n_draws: int
+    reading: str = "expected"
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def build(cls, table: ScoreTable, *, human=None, groups=None, systems=None, rng=0, n_boot=1000,
+              method="pearson", n_draws=100, reading="expected") -> Context:
+        """Check the human scores, groups and systems against the table's items (AlignmentError)."""
+        if groups is None and table.item_groups is not None:
+            group_arr = np.asarray(table.item_groups).astype(str)
+        else:
+            group_arr = _labels_for(table, groups, "group")
+        if human:
+            _check_ids(table, human, "human-score")
+            names = sorted({k for d in human.values() if isinstance(d, dict) for k in d})
+            if not set(names) & set(table.criteria):
+                raise AlignmentError(f"the human scores name criteria {names}, none of the table's "
+                                     f"{list(table.criteria)}")
+        check_choice("reading", reading, READINGS)
+        return cls(table, st.detect_design(table.option_orders), human or None, group_arr,
+                   _labels_for(table, systems, "system"), np.random.default_rng(rng),
+                   int(np.random.default_rng(rng).integers(2**63)),
+                   0 if table.n_items < 2 else n_boot,  # no bootstrap over a single item: point estimates
+                   method, n_draws, reading)
+
+    @property
+    def criteria(self) -> list[str]:
+        return list(self.table.criteria)
+
+    def generator(self, *names: str) -> np.random.Generator:
+        """A generator of its own for the part ``names`` (e.g. section and criterion) of the analysis."""
+        key = hashlib.blake2b("/".join(names).encode(), digest_size=8).digest()
+        return np.random.default_rng([self.seed, int.from_bytes(key, "little")])
+
+    def for_part(self, *names: str) -> Context:
+        """This context with ``rng`` = :meth:`generator` of ``names`` (the memo of shared scores is kept)."""
+        return replace(self, rng=self.generator(*names), _memo=self._memo)
+
+    def _cached(self, key, make):
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def human_scores(self, c: int) -> st.HumanScores:
+        """Criterion ``c``'s human scores aligned with the table (AlignmentError when it has none)."""
+        return st.align_human(self.table.item_ids, self.human or {}, self.criteria[c])
+
+    def prompt_scores(self, c: int) -> np.ndarray:
+        """``[items, orderings]``: each prompt's score of criterion ``c`` under ``reading``."""
+        t = self.table
+        return self._cached(("prompt", c), lambda: st.read_scores(t.probs[:, c], t.values[c], reading=self.reading,
+                                                                  rng=self.generator("prompt", self.criteria[c])))
+
+    def strategy_scores(self, c: int) -> dict[str, np.ndarray]:
+        """Per-item scores of criterion ``c`` under FIXED, RANDOM (K=1) and BALANCED (or the mean over all
+        orderings when they are not balanced); drawn once, so every section sees the same RANDOM draw."""
+        return self._cached(("strategy", c), lambda: self._strategies(c))
+
+    def _strategies(self, c: int) -> dict[str, np.ndarray]:
+        p, v, o, r = self.table.probs[:, c], self.table.values[c], self.table.option_orders, self.reading
+        gen = self.generator("strategy", self.criteria[c])
+        out = {"fixed": st.aggregate_scores(p, v, o, strategy="fixed", reading=r, rng=gen).scores,
+               "random": st.aggregate_scores(p, v, o, strategy="random", k=1, reading=r, rng=gen).scores}
+        if self.design == BALANCED:
+            out["balanced"] = st.aggregate_scores(p, v, o, strategy="balanced", reading=r, rng=gen).scores
+        else:
+            out["all_orderings"] = self.prompt_scores(c).mean(axis=1)  # mean over the (unbalanced) orderings
+        return out
+
+
+NEEDS = {"human": "no human scores given", "groups": "no groups (pass groups or score grouped items)"}
+
+
+class Section:
+    """One analysis section. Subclasses set ``name`` (its key in the analysis dict), ``title``, ``CAPTION`` and
+    ``NOTE`` (the caption and the line under the Markdown heading; ``{reading}`` is filled in), ``needs`` (the
+    Context fields it cannot do without) and ``per_criterion``, and implement :meth:`compute` and
+    :meth:`tables`; ``plot`` is None for a section without a figure."""
+
+    name: str = ""
+    title: str = ""
+    CAPTION: str = ""
+    NOTE: str = "Scores use the {reading}."
+    needs: tuple[str, ...] = ()
+    per_criterion: bool = True
+    plot = None  # or a method (analysis, path) -> Path, None when there is nothing to draw
+
+    def requires(self, ctx: Context) -> str | None:
+        """Why the whole section cannot be computed from ``ctx`` (None when it can)."""
+        return next((NEEDS[k] for k in self.needs if getattr(ctx, k) is None), None)
+
+    def compute(self, ctx: Context, c: int | None = None):
+        """The section's result for criterion ``c`` (or the table): a dict or Result, or :class:`Partial`."""
+        raise NotImplementedError
+
+    def markdown(self, analysis: dict) -> str:
+        """The heading, the note saying how the numbers were read, and the tables ('' without results)."""
+        res = self.results(analysis)
+        if not res:
+            return ""
+        head = [f"## {self.title}", "", self.NOTE.format(reading=reading_note(analysis)), ""]
+        return "\n".join(head + self.tables(res, analysis)).rstrip()
+
+    def tables(self, res: dict, analysis: dict) -> list[str]:
+        """Markdown lines of the results ``res`` (per criterion, or the whole-table result)."""
+        raise NotImplementedError
+
+    def summary(self, analysis: dict) -> list[str]:
+        """Headline lines for the report, one per criterion."""
+        return []
+
+    def verdict(self, analysis: dict) -> list[str]:
+        """Parts of the analysis's one-line verdict."""
+        return []
+
+    def caption(self, analysis: dict) -> str:
+        return self.CAPTION.format(reading=reading_note(analysis))
+
+    def results(self, analysis: dict) -> dict:
+        """The computed per-criterion results (criteria that were skipped left out), or the whole-table result."""
+        res = analysis.get(self.name) or {}
+        return {k: v for k, v in res.items() if v is not None} if self.per_criterion else res

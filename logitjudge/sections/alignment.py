@@ -1,0 +1,114 @@
+"""Human alignment per criterion: item-, group- and system-level correlation of each strategy's scores with the
+human scores, the paired bootstrap test of the best strategy against FIXED, and PriDe on held-out items."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import stats as st
+from ..stats._result import BALANCED, StatsError
+from . import _plot
+from ._base import Context, Section
+from ._format import ci, fmt, md_table
+
+PRIDE_MIN_ITEMS = 10  # PriDe estimates its prior on 20% of the human-scored items and debiases the rest
+
+
+def correlations(x, y, ctx: Context) -> dict:
+    """Pearson, Spearman and Kendall with bootstrap CIs."""
+    return {m: st.correlation(x, y, method=m, n_boot=ctx.n_boot, rng=ctx.rng) for m in st.alignment.METHODS}
+
+
+class Alignment(Section):
+    name = "alignment"
+    title = "Human alignment"
+    CAPTION = ("Item-level correlation with human scores per aggregation strategy (95% bootstrap CIs). Judge "
+               "scores use the {reading}.")
+    NOTE = "Judge scores use the {reading}."
+    needs = ("human",)
+
+    def compute(self, ctx: Context, c: int | None = None) -> dict:
+        hs = ctx.human_scores(c)
+        idx, y, scores, kw = hs.index, hs.scores, ctx.strategy_scores(c), {"method": ctx.method, "rng": ctx.rng}
+        out = {"n_items": len(idx), "n_missing": hs.n_missing, "item": {}, "grouped": {}, "system": {},
+               "compare": {}}
+        for name, x in scores.items():
+            out["item"][name] = correlations(x[idx], y, ctx)
+            if ctx.groups is not None:
+                g = ctx.groups[idx]
+                keep = g != ""
+                out["grouped"][name] = st.grouped_correlation(x[idx][keep], y[keep], g[keep], n_boot=ctx.n_boot,
+                                                              **kw)
+            if ctx.systems is not None:
+                s = ctx.systems[idx]
+                keep = s != ""
+                try:
+                    out["system"][name] = st.system_correlation(x[idx][keep], y[keep], s[keep], n_boot=ctx.n_boot,
+                                                                **kw)
+                except StatsError as e:
+                    out["system"][name] = None
+                    out.setdefault("system_skipped", {})[name] = str(e)
+        best = "balanced" if "balanced" in scores else "all_orderings"
+        out["compare"][f"{best}_vs_fixed"] = st.compare_correlations(scores[best][idx], scores["fixed"][idx], y,
+                                                                     n_boot=max(ctx.n_boot, 1), **kw)
+        if ctx.design == BALANCED and len(idx) >= PRIDE_MIN_ITEMS:
+            d = st.pride_debias(ctx.table.probs[idx, c], ctx.table.values[c], ctx.table.option_orders,
+                                reading=ctx.reading, rng=ctx.rng)
+            out["pride"] = {"n_estimation_items": len(d.estimation_items), "prior": d.prior,
+                            "correlation": correlations(d.scores, y[d.items], ctx),
+                            "compare_vs_fixed": st.compare_correlations(d.scores, d.raw_scores, y[d.items],
+                                                                        n_boot=max(ctx.n_boot, 1), **kw)}
+        return out
+
+    def tables(self, res: dict, analysis: dict) -> list[str]:
+        lines = []
+        for name, al in res.items():
+            rows = [[strat] + [ci(cors[m], "statistic", "ci_low", "ci_high") for m in cors]
+                    + [ci(al["grouped"][strat], "statistic", "ci_low", "ci_high") if strat in al["grouped"] else "—"]
+                    for strat, cors in al["item"].items()]
+            if al.get("pride"):
+                pc = al["pride"]["correlation"]
+                rows.append(["pride (held-out items)"] + [ci(pc[m], "statistic", "ci_low", "ci_high") for m in pc]
+                            + ["—"])
+            lines += [f"### {name} ({al['n_items']} items)", ""]
+            lines += md_table(["strategy", "pearson", "spearman", "kendall", "per-group mean"], rows)
+            for key, cmp in al["compare"].items():
+                lines += ["", f"{key}: Δr = {ci(cmp, 'statistic', 'ci_low', 'ci_high')}, "
+                              f"paired bootstrap p = {fmt(cmp['pvalue'], 4)}."]
+            lines.append("")
+        return lines
+
+    def summary(self, analysis: dict) -> list[str]:
+        method = analysis.get("settings", {}).get("method", "pearson")
+        return [f"{c} ({al['n_items']} items, {method}): "
+                + ", ".join(f"{s} {fmt(v[method]['statistic'], 2)}" for s, v in al["item"].items())
+                for c, al in self.results(analysis).items()]
+
+    def plot(self, analysis: dict, path):
+        """Item-level correlation with humans per aggregation strategy, per criterion, with bootstrap CIs."""
+        data = self.results(analysis)
+        if not data:
+            return None
+        method = analysis.get("settings", {}).get("method", "pearson")
+        strategies = list(dict.fromkeys(s for al in data.values()
+                                        for s in list(al["item"]) + (["pride"] if al.get("pride") else [])))
+        fig = _plot.figure(max(8.0, 0.9 * len(data) * len(strategies) + 2), 4.2)
+        ax = fig.add_subplot()
+        width = 0.8 / len(strategies)
+        names = list(data)
+        for j, strat in enumerate(strategies):
+            cors = [(data[n]["pride"]["correlation"] if strat == "pride" and data[n].get("pride")
+                     else data[n]["item"].get(strat, {})).get(method) or {} for n in names]
+            mids, los, his = ([c.get(k) for c in cors] for k in ("statistic", "ci_low", "ci_high"))
+            x = np.arange(len(names)) + (j - (len(strategies) - 1) / 2) * width
+            ax.bar(x, _plot.arr(mids), width, yerr=_plot.yerr(mids, los, his), capsize=3,
+                   color=_plot.COLORS.get(strat), label=_plot.STRATEGY_LABELS.get(strat, strat))
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xticks(np.arange(len(names)), names)
+        ax.set_ylabel(f"{method} r with human scores")
+        ax.set_title("Human correlation per aggregation strategy", fontsize=10)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+        return _plot.save(fig, path)
+
+
+ALIGNMENT = Alignment()

@@ -1,0 +1,140 @@
+"""Position preference per criterion: the mean probability of each position, the chi-square test on the
+positions each prompt chooses (argmax), the log-linear position effect and the PriDe prior."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import stats as st
+from ..stats._result import BALANCED, FIXED, StatsError
+from . import _plot
+from ._base import Context, Partial, Section
+from ._format import ci, fmt, md_table, pval
+
+
+def _part(parts: dict, skipped: dict, key: str, fn, *args, **kw) -> None:
+    """``parts[key] = fn(...)``; a StatsError leaves it None with the reason in ``skipped[key]``."""
+    try:
+        parts[key] = fn(*args, **kw)
+    except StatsError as e:
+        parts[key], skipped[key] = None, str(e)
+
+
+def _criterion_verdict(name: str, chi: dict | None, reason: str | None) -> str:
+    if chi is None:
+        return f"{name}: position bias not tested ({reason})"
+    v = f"Cramér's V {ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high', 2)}"
+    lo, hi = chi.get("cramers_v_ci_low"), chi.get("cramers_v_ci_high")
+    if lo is not None and lo == hi:  # every bootstrap resample alike: the items chose the same positions
+        v += " (no spread: every item chose alike, so the interval has no width)"
+    if chi["label"] != "none":
+        return f"{name}: {chi['label']}-position bias, {v}"
+    if chi["pvalue"] is not None and chi["pvalue"] < chi["alpha"]:
+        return f"{name}: position preference without a clear favourite (p = {chi['pvalue']:.2g}), {v}"
+    return f"{name}: no significant position bias, {v}"
+
+
+def _cell(d: dict | None, key: str, lo: str, hi: str, p: int) -> str:
+    return f"{fmt(d[key][p])} [{fmt(d[lo][p])}, {fmt(d[hi][p])}]" if d else "—"
+
+
+class Position(Section):
+    name = "position"
+    title = "Position preference"
+    CAPTION = ("Mean probability of the option shown at each position (bars, 95% bootstrap CIs over items), read "
+               "from the exact label distributions; the dashed line is the uniform share 1/n. Every option "
+               "visits every position in a balanced design, so a tilt here is position bias, not content. The "
+               "panel title's direction and Cramér's V come from the chi-square test on the argmax reading "
+               "(the most probable position of each prompt).")
+    NOTE = ("Mean probability: the exact label distributions. Argmax share, χ² and Cramér's V: the argmax reading "
+            "(each prompt's most probable position; exact ties split). Log-odds: the exact log-probabilities "
+            "(log-linear position-effect model).")
+
+    def compute(self, ctx: Context, c: int | None = None) -> Partial:
+        t, n_boot, rng = ctx.table, ctx.n_boot, ctx.rng
+        probs = t.probs[:, c]
+        pbp = st.probs_by_position(probs, t.option_orders)
+        parts, skipped = {}, {}
+        _part(parts, skipped, "distribution", st.position_distribution, pbp, n_boot=n_boot, rng=rng)
+        if ctx.design == FIXED:
+            parts["chi_square"] = None
+            skipped["chi_square"] = ("FIXED design: position is confounded with content; score under balanced "
+                                     "orderings to test position bias")
+        else:
+            _part(parts, skipped, "chi_square", st.position_chisquare, pbp, t.option_orders, n_boot=n_boot,
+                  rng=rng)
+        _part(parts, skipped, "effect", st.fit_position_effect, probs, t.option_orders, n_boot=n_boot, rng=rng)
+        if ctx.design == BALANCED:
+            _part(parts, skipped, "pride_prior", st.pride_prior, np.log(np.maximum(pbp, 1e-12)),
+                  option_orders=t.option_orders)
+        else:
+            parts["pride_prior"] = None
+            skipped["pride_prior"] = "the PriDe closed form needs balanced orderings"
+        return Partial(parts, skipped)
+
+    def verdict(self, analysis: dict) -> list[str]:
+        skipped, pos = analysis.get("skipped") or {}, analysis.get("position") or {}
+        out = []
+        for name in analysis["table"]["criteria"]:
+            chi = (pos.get(name) or {}).get("chi_square")
+            why = skipped.get(f"position.{name}.chi_square") or skipped.get(f"position.{name}")
+            out.append(_criterion_verdict(name, chi, why))
+        return [v.split(": ", 1)[1] for v in out] if len(out) == 1 else out
+
+    def tables(self, res: dict, analysis: dict) -> list[str]:
+        lines = []
+        for name, pos in res.items():
+            dist, chi, eff = pos.get("distribution"), pos.get("chi_square"), pos.get("effect")
+            rows = [[str(p), _cell(dist, "distribution", "ci_low", "ci_high", p),
+                     _cell(chi, "shares", "share_ci_low", "share_ci_high", p),
+                     _cell(eff, "log_odds", "log_odds_ci_low", "log_odds_ci_high", p)]
+                    for p in range(analysis["table"]["n_options"])]
+            lines += [f"### {name}", ""]
+            lines += md_table(["position", "mean probability", "argmax share", "log-odds vs other positions"],
+                              rows)
+            if chi:
+                lines += ["", f"Chi-square (argmax, {chi['design']} design): χ² = {fmt(chi['statistic'], 2)}, "
+                              f"dof = {chi['dof']}, p = {pval(chi['pvalue'])}, N = {fmt(chi['n'], 0)}; "
+                              f"Cramér's V {ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high')}; "
+                              f"label: {chi['label']}."]
+            lines.append("")
+        return lines
+
+    def summary(self, analysis: dict) -> list[str]:
+        out = []
+        for c, pos in self.results(analysis).items():
+            chi = pos.get("chi_square")
+            if chi:
+                out.append(f"{c}: χ² = {fmt(chi['statistic'], 2)}, p = {pval(chi['pvalue'])}, Cramér's V "
+                           f"{ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high', 2)} (argmax "
+                           f"reading), direction: {chi['label']}")
+        return out
+
+    def plot(self, analysis: dict, path):
+        """Mean probability of each position per criterion with CIs and the uniform line; the panel title
+        gives the chi-square label and Cramér's V."""
+        data = {k: v for k, v in self.results(analysis).items() if v.get("distribution")}
+        if not data:
+            return None
+        fig, axes = _plot.grid(len(data))
+        for ax, (name, pos) in zip(axes, data.items()):
+            d = pos["distribution"]
+            mid = _plot.arr(d["distribution"])
+            x = np.arange(1, len(mid) + 1)
+            ax.bar(x, mid, color="#4c72b0", yerr=_plot.yerr(d["distribution"], d["ci_low"], d["ci_high"]),
+                   capsize=3)
+            ax.axhline(_plot.num(d["uniform"]), color="black", linestyle="--", linewidth=1, label="uniform")
+            ax.set_xticks(x)
+            ax.set_xlabel("position of the option in the prompt")
+            ax.set_ylabel("mean probability")
+            chi, sub = pos.get("chi_square"), ""
+            if chi:
+                v = chi.get("cramers_v")
+                label = chi["label"] if chi["label"] != "none" else "no clear favourite"
+                sub = f"\n{label}; V = {v:.2f}" if v is not None else f"\n{label}"
+            ax.set_title(f"{name}{sub}", fontsize=10)
+            ax.legend(fontsize=8, loc="upper right")
+        return _plot.save(fig, path)
+
+
+POSITION = Position()

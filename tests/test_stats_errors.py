@@ -1,0 +1,103 @@
+"""Every public function of ``logitjudge.stats`` refuses bad input with ``StatsError`` (one error type, whose
+message names the problem), never a bare ValueError, an OrderingError or a numpy error."""
+
+import numpy as np
+import pytest
+
+from logitjudge import stats as st
+from logitjudge.orderings import balanced
+
+O = balanced(3)  # (6, 3)
+P = np.full((4, 6, 3), 1 / 3)  # [items, orderings, options]
+V = np.arange(3.0)
+H = np.array([1.0, 2, 3, 4])
+NOT_PERM = np.array([[0, 0, 1]] * 6)
+X, Y, G5 = np.arange(5.0), np.array([1.0, 3, 2, 5, 4]), np.array(list("aabbb"))
+S, G6 = np.random.default_rng(0).random((6, 6)), np.array(list("aaabbb"))  # [items, orderings] scores
+C3 = np.ones((3, 2, 2))  # [items, criteria, orderings]
+
+CASES = {
+    "probs_by_position": [lambda: st.probs_by_position(P, NOT_PERM), lambda: st.probs_by_position([["a"]], O),
+                          lambda: st.probs_by_position(P, O[:, :2])],
+    "probs_from_positions": [lambda: st.probs_from_positions(P, NOT_PERM),
+                             lambda: st.probs_from_positions(np.ones(3), O)],
+    "position_distribution": [lambda: st.position_distribution(P[..., :2]), lambda: st.position_distribution("x"),
+                              lambda: st.position_distribution(P, n_boot=-1),
+                              lambda: st.position_distribution(P[:1])],
+    "position_chisquare": [lambda: st.position_chisquare(P, NOT_PERM), lambda: st.position_chisquare(P, O, reading="x"),
+                           lambda: st.position_chisquare(P, O, confidence=2), lambda: st.position_chisquare(P, O[:1])],
+    "chosen_positions": [lambda: st.chosen_positions(P, reading="x"), lambda: st.chosen_positions(P * 2)],
+    "fit_position_effect": [lambda: st.fit_position_effect(P, NOT_PERM),
+                            lambda: st.fit_position_effect(P, np.zeros((6, 3), int)),
+                            lambda: st.fit_position_effect(P[..., :1] * 0 + 1, O[:, :1])],
+    "pride_prior": [lambda: st.pride_prior(np.log(P), option_orders=NOT_PERM),
+                    lambda: st.pride_prior(np.log(P), average="x"), lambda: st.pride_prior(np.ones(3)),
+                    lambda: st.pride_prior([["a"]])],
+    "cramers_v_gof": [lambda: st.cramers_v_gof(1.0, 10, 1), lambda: st.cramers_v_gof(-1.0, 10, 3),
+                      lambda: st.cramers_v_gof(1.0, 0, 3)],
+    "position_label": [lambda: st.position_label([0.5, 0.5], [0.4, 0.4], None, 0.05),
+                       lambda: st.position_label([], [], 0.01, 0.05)],
+    "read_scores": [lambda: st.read_scores(P, V, reading="x"), lambda: st.read_scores(P, V[:2]),
+                    lambda: st.read_scores("a", V)],
+    "select_orderings": [lambda: st.select_orderings(NOT_PERM, 3, strategy="fixed"),
+                         lambda: st.select_orderings(O, 3, strategy="x"),
+                         lambda: st.select_orderings(O, 3, strategy="balanced", k=99),
+                         lambda: st.select_orderings(O, -1, strategy="fixed")],
+    "balanced_sequence": [lambda: st.balanced_sequence(NOT_PERM), lambda: st.balanced_sequence([])],
+    "aggregate_scores": [lambda: st.aggregate_scores(P, V, NOT_PERM), lambda: st.aggregate_scores(P, V[:2], O),
+                         lambda: st.aggregate_scores(P, V, O, k=0), lambda: st.aggregate_scores(P, V, O, mode="x")],
+    "debias_probs": [lambda: st.debias_probs(P[:, 0], [0, 0, 1], [1 / 3] * 3),
+                     lambda: st.debias_probs(P[:, 0], 3, [1 / 3] * 3),
+                     lambda: st.debias_probs(P[:, 0], [0, 1, 2], [0, 1, 0])],
+    "pride_debias": [lambda: st.pride_debias(P, V, NOT_PERM), lambda: st.pride_debias(P, V, O, ordering=99),
+                     lambda: st.pride_debias(P, V, O, estimation_items=[0, 1, 2, 3]),
+                     lambda: st.pride_debias(P[:1], V, O)],
+    "correlation": [lambda: st.correlation(X, Y[:3]), lambda: st.correlation(X, Y * np.nan),
+                    lambda: st.correlation(X[:2], Y[:2]), lambda: st.correlation(X, Y, method="x"),
+                    lambda: st.correlation(["a"] * 5, Y)],
+    "system_correlation": [lambda: st.system_correlation(X, Y, G5[:2]), lambda: st.system_correlation(X, Y, G5),
+                           lambda: st.system_correlation(X, Y * np.inf, G5)],
+    "per_group_correlations": [lambda: st.per_group_correlations(X, Y, G5[:2]),
+                               lambda: st.per_group_correlations(X, Y, G5, method="x")],
+    "grouped_correlation": [lambda: st.grouped_correlation(X, Y, G5, n_boot=1.5),
+                            lambda: st.grouped_correlation(X, Y[:2], G5)],
+    "compare_correlations": [lambda: st.compare_correlations(X, X, Y, n_boot=0),
+                             lambda: st.compare_correlations(X, X, Y, level="grouped"),
+                             lambda: st.compare_correlations(X, X, Y, level="system"),
+                             lambda: st.compare_correlations(X, X[:2], Y)],
+    "align_human": [lambda: st.align_human(["a"], {"b": {"C": 1}}, "C"), lambda: st.align_human(["a"], {"a": 3}, "C"),
+                    lambda: st.align_human(["a"], {"a": {"C": "x"}}, "C"),
+                    lambda: st.align_human(["a"], {"a": {"D": 1}}, "C")],
+    "gain_fraction": [lambda: st.gain_fraction([1.0]), lambda: st.gain_fraction("ab")],
+    "budget_curve": [lambda: st.budget_curve(P, V, O, H, level="grouped"),
+                     lambda: st.budget_curve(P, V, O, H, n_draws=0), lambda: st.budget_curve(P, V, O, H, k_max=99),
+                     lambda: st.budget_curve(P, V, O, H[:2]), lambda: st.budget_curve(P, V, NOT_PERM, H),
+                     lambda: st.budget_curve(P, V, O, H, k_max=1),
+                     lambda: st.budget_curve(P, V, O, H, strategies=["x"])],
+    "criterion_position_effect": [lambda: st.criterion_position_effect(C3 * np.nan, [[0, 1], [1, 0]]),
+                                  lambda: st.criterion_position_effect(C3, [[0, 1], [1, 0]], n_perm=0),
+                                  lambda: st.criterion_position_effect(C3, [[0, 0], [1, 0]]),
+                                  lambda: st.criterion_position_effect(C3, [[0, 1], [0, 1]])],
+    "rank_stability": [lambda: st.rank_stability(S * np.nan, G6), lambda: st.rank_stability(S, G6, canonical=99),
+                       lambda: st.rank_stability(S, G6[:2]), lambda: st.rank_stability(S[:, :1], G6),
+                       lambda: st.rank_stability(S, np.arange(6))],
+    "best_of_n_instability": [lambda: st.best_of_n_instability(S, G6, n_draws=0),
+                              lambda: st.best_of_n_instability(S, G6, ns=[0]),
+                              lambda: st.best_of_n_instability(S, G6, ns=[])],
+    "kendall_tau_matrix": [lambda: st.kendall_tau_matrix(np.ones(3), np.ones(3, bool))],
+    "detect_design": [lambda: st.detect_design(NOT_PERM), lambda: st.detect_design([[]])],
+    "canonical_index": [lambda: st.canonical_index(NOT_PERM)],
+}
+
+
+def test_every_public_function_has_bad_input_cases():
+    public = {n for n in st.__all__ if n[0].islower()} - {"jsonable"}  # jsonable accepts anything
+    assert public == set(CASES), f"add bad-input cases for {sorted(public - set(CASES))}"
+
+
+@pytest.mark.parametrize("name,case", [(n, i) for n, cs in CASES.items() for i in range(len(cs))])
+def test_bad_input_raises_stats_error(name, case):
+    with pytest.raises(st.StatsError) as e:
+        CASES[name][case]()
+    assert type(e.value).__module__.startswith("logitjudge.stats")
+    assert len(str(e.value)) > 10 and "\n" not in str(e.value)  # one line naming the problem
