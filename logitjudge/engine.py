@@ -63,7 +63,6 @@ class Engine:
         modes = ["auto", "native", *FORWARDS]
         if prefix_mode not in modes:
             raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {modes}")
-        self.lm = lm
         self.model = lm.model
         if prefix_mode == "auto":
             prefix_mode = "native" if native_support(self.model) is None else "shared"
@@ -195,13 +194,8 @@ class Engine:
     # ---- prompts -------------------------------------------------------------------------------------------
     def prompt_logprobs(self, groups: list[list[EncodedPrompt]]) -> list[list[np.ndarray]]:
         """For each group (an item's prompts) and prompt: log-probability of each whole label continuation."""
-        jobs = [prompt_job(g) for g in groups]
-        res = self.run(jobs)
-        out = []
-        for g, r in zip(groups, res):
-            out.append([np.array([sum(r.logprobs[(p, o, t)] for t in range(len(c)))
-                                  for o, c in enumerate(ep.continuation_ids)]) for p, ep in enumerate(g)])
-        return out
+        res = self.run([prompt_job(g) for g in groups])
+        return [[continuation_logprobs(r.logprobs, ep, p) for p, ep in enumerate(g)] for g, r in zip(groups, res)]
 
 
 def _by_prefix(entries: list) -> list[list]:
@@ -212,15 +206,37 @@ def _by_prefix(entries: list) -> list[list]:
     return list(groups.values())
 
 
+def label_reads(ep: EncodedPrompt, tag, start: int = 0) -> tuple[list[list[int]], list[list[tuple]]]:
+    """The one label-read form: per option, the sequence prompt[start:] + continuation[:-1] and its reads
+    (index, token, (tag, option, t)) at every continuation token. ``start``: prompt tokens already cached."""
+    seqs, reads = [], []
+    base = len(ep.prompt_ids) - 1 - start
+    for o, cont in enumerate(ep.continuation_ids):
+        seqs.append(list(ep.prompt_ids[start:]) + list(cont[:-1]))
+        reads.append([(base + t, cont[t], (tag, o, t)) for t in range(len(cont))])
+    return seqs, reads
+
+
+def distribution(logprobs: np.ndarray) -> tuple[np.ndarray, float]:
+    """Renormalised option probabilities and the label mass (total probability of all labels)."""
+    lp = np.asarray(logprobs, dtype=np.float64)
+    m = lp.max()
+    w = np.exp(lp - m)
+    return w / w.sum(), float(np.exp(m) * w.sum())
+
+
+def continuation_logprobs(logprobs: dict, ep: EncodedPrompt, tag) -> np.ndarray:
+    """Log-probability of each option's whole continuation: the sum of its token reads under ``tag``."""
+    return np.array([sum(logprobs[(tag, o, t)] for t in range(len(c))) for o, c in enumerate(ep.continuation_ids)])
+
+
 def prompt_job(prompts: list[EncodedPrompt]) -> Job:
-    """One sequence per (prompt, option): prompt + continuation[:-1]; reads at every continuation token."""
+    """All label reads of a group of prompts from scratch (prompt p's reads are tagged p)."""
     seqs, reads = [], []
     for p, ep in enumerate(prompts):
-        for o, cont in enumerate(ep.continuation_ids):
-            seq = list(ep.prompt_ids) + list(cont[:-1])
-            base = len(ep.prompt_ids) - 1
-            seqs.append(seq)
-            reads.append([(base + t, cont[t], (p, o, t)) for t in range(len(cont))])
+        s, r = label_reads(ep, p)
+        seqs += s
+        reads += r
     return Job(seqs, reads)
 
 

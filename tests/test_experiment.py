@@ -10,9 +10,9 @@ import torch
 from conftest import fresh_tiny_lm, shared_data_dir
 
 from logitjudge import demo as demo_mod
+from logitjudge.checkpoint import Checkpoint
 from logitjudge.experiment import SpecError, load_spec, prepare, run_experiment
 from logitjudge.items import read_items
-from logitjudge.scoring import Checkpoint
 from logitjudge.table import ScoreTable
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -173,23 +173,22 @@ def test_interrupted_run_resumes_with_the_same_numbers(first, root, monkeypatch)
     res, _ = first
     out = root / "run3"
     spec = write_spec(root, out, file="spec3.toml")
-    real = Checkpoint.add
+    real = Checkpoint.add_batch
 
     class Stop(RuntimeError):
         pass
 
-    def add_then_stop(self, item_id, probs, mass):
-        real(self, item_id, probs, mass)
-        if len(self.done) == 2:
-            raise Stop("simulated interruption after the second finished item")
+    def add_then_stop(self, records):
+        real(self, records)
+        raise Stop("simulated interruption after the first finished batch")
 
-    monkeypatch.setattr(Checkpoint, "add", add_then_stop)
+    monkeypatch.setattr(Checkpoint, "add_batch", add_then_stop)
     with pytest.raises(Stop):
         run_experiment(spec, progress=False)
     partial = out / "table.npz.partial.jsonl"
     assert partial.exists() and not (out / "table.npz").exists()
-    assert len(partial.read_text().splitlines()) == 3  # the run's header + the 2 finished items
-    monkeypatch.setattr(Checkpoint, "add", real)
+    assert len(partial.read_text().splitlines()) == 2  # the run's header + the finished batch
+    monkeypatch.setattr(Checkpoint, "add_batch", real)
     resumed = run_experiment(spec, progress=False)
     assert not partial.exists() and (out / "table.npz").exists()
     assert resumed["verdict"] == res["verdict"]
@@ -286,8 +285,8 @@ def test_spec_file_errors(tmp_path):
     with pytest.raises(SpecError, match="missing key name"):
         load_spec(tmp_path / "noname.toml")
     spec = load_spec({"name": "x", "data": {"name": "hanna"}})
-    assert spec["out"] == "reports/x" and spec["model"]["id"] == "gemma-3-270m"
-    assert spec["orderings"]["options"] == "balanced" and spec["analysis"]["n_boot"] == 1000
+    assert spec.out == "reports/x" and spec.model.id == "gemma-3-270m"
+    assert spec.orderings.options == "balanced" and spec.analysis.n_boot == 1000
 
 
 def test_example_specs_validate():
@@ -298,7 +297,7 @@ def test_example_specs_validate():
     assert {p.name for p in specs} >= {"hanna_small.toml", "summeval_small.toml", "mt_bench_small.toml"}
     for p in specs:
         spec = load_spec(p)
-        assert spec["data"]["name"] is not None and spec["out"].startswith("reports/"), p
+        assert spec.data.name is not None and spec.out.startswith("reports/"), p
 
 
 @pytest.mark.skipif(shared_data_dir() is None, reason="shared data folder not found")
