@@ -9,6 +9,7 @@ only there, once per run.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,7 +74,9 @@ class Engine:
         self.prefix_mode = prefix_mode
         if prefix_mode == "shared":
             install_shared_attention(self.model)
-        self._forward = NativeGemma3(self.model) if prefix_mode == "native" else FORWARDS[prefix_mode]
+        # (ids, prefix, *, capture, select) -> (hidden, captured); the native step function holds its model
+        self._forward = (NativeGemma3(self.model) if prefix_mode == "native"
+                         else functools.partial(FORWARDS[prefix_mode], self.model))
         self.n_layers = n_layers(self.model)
         weight, self._scale, self._softcap = head_params(self.model)
         self._weight = weight if weight.dtype == torch.float32 else weight.float()  # fp32 read-out, once
@@ -165,7 +168,7 @@ class Engine:
         select = (torch.tensor(rows, dtype=torch.long, device=self.device),
                   torch.tensor(offs, dtype=torch.long, device=self.device))
         prefix = groups if self.prefix_mode == "native" else groups[0][0]
-        hidden, captured = self._forward(self.model, ids.to(self.device), prefix, capture=need_cache,
+        hidden, captured = self._forward(ids.to(self.device), prefix, capture=need_cache,
                                          select=select)  # (R, d)
         self.stats["forward_calls"] += 1
         self.stats["tokens"] += sum(len(n.tokens) for _, n, _ in chunk)

@@ -48,7 +48,7 @@ from its flags.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -205,6 +205,7 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
                 systems = {it.id: str(it.meta[key]) for it in items}
                 break
     out_path = Path(out if out is not None else spec.out).expanduser()
+    spec = replace(spec, out=str(out_path))
     table_path = out_path if spec.from_flags else out_path / "table.npz"
     _check_writable(table_path, spec.where("", "out"))
     return Experiment(spec, out_path, table_path, items, rubric, template, option_orders, criterion_orders, human,

@@ -130,7 +130,7 @@ def test_end_to_end_writes_every_report_file(first):
     assert not (out / "plots" / "criterion_position.png").exists()  # single-criterion prompts: skipped
     assert not list(out.glob("*.partial.jsonl"))
     table = ScoreTable.load(out / "table.npz")
-    assert table.shape == (6, 2, 6, 3) and table.meta["experiment"]["name"] == "tiny-experiment"
+    assert table.shape == (6, 2, 6, 3) and table.meta["run"] == "tiny-experiment"
     saved = _json(out / "results.json")
     assert saved["verdict"] == res["verdict"] == res["results"]["verdict"]
     assert saved["analysis"] == res["results"]
