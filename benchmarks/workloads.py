@@ -215,8 +215,11 @@ def make_texts(tokenizer, n: int, target: int, source: str = "hanna",
                data_dir=None) -> tuple[list[Item], str]:
     """``n`` items without context whose texts have ``target`` tokens (within TOKEN_TOLERANCE, never more)."""
     pool, where = _source_texts(source, data_dir)
+    fallback = where.startswith("demo texts")
     items, cursor = [], 0
     for i in range(n):
+        if fallback:  # a few short texts: item i starts at text i, so that no two items repeat each other
+            cursor = i
         parts, tokens = [], 0
         # concatenate material (cycled) until it is long enough, then cut at a word boundary
         for text, _ in itertools.islice(itertools.cycle(pool), cursor % len(pool), None):

@@ -115,16 +115,9 @@ class Run:
         if previous is not None:
             return previous
         world = distributed.current(self.lm.device)
-        owned = world.shard(len(self.items))
         ckpt = Checkpoint(self.out, self.fingerprint, tag=f".rank{world.rank}" if world.active else "")
         t0 = time.perf_counter()
-        bar = _progress(len(owned), sum(self.items[i].id in ckpt.done for i in owned),
-                        self.progress and world.rank == 0)
-        for idx, step in self.batches(owned, ckpt.done):
-            ckpt.add_batch({self.items[i].id: rec for i, rec in zip(idx, step(idx))})
-            bar.update(len(idx))
-        bar.close()
-        done = world.gather(ckpt.done)
+        done = self.records(ckpt, world)
         table = self.table(done, time.perf_counter() - t0, world.size)
         if self.out is not None:
             if world.rank == 0:
@@ -132,6 +125,18 @@ class Run:
             world.barrier()
             ckpt.finish()
         return table
+
+    def records(self, ckpt: Checkpoint, world: distributed.World | None = None) -> dict:
+        """Score this rank's batches not yet in ``ckpt`` (each saved as one record); every rank's records."""
+        world = world or distributed.World()
+        owned = world.shard(len(self.items))
+        bar = _progress(len(owned), sum(self.items[i].id in ckpt.done for i in owned),
+                        self.progress and world.rank == 0)
+        for idx, step in self.batches(owned, ckpt.done):
+            ckpt.add_batch({self.items[i].id: rec for i, rec in zip(idx, step(idx))})
+            bar.update(len(idx))
+        bar.close()
+        return world.gather(ckpt.done)
 
     def _finished_table(self) -> ScoreTable | None:
         """The table already at ``out`` when it holds these settings (a rerun reuses it)."""

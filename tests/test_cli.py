@@ -233,3 +233,86 @@ def test_data_parallel_torchrun(tmp_path, model_dir, mode):
     assert list(a.item_ids) == list(b.item_ids)
     assert np.abs(a.probs - b.probs).max() <= 1e-6
     assert not list(tmp_path.glob("*.partial.jsonl"))
+
+
+def test_conventions_version_module_help_and_exit_codes(tmp_path, model_dir, capsys, monkeypatch):
+    res = subprocess.run([sys.executable, "-m", "logitjudge", "--version"], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.startswith("logitjudge ")
+    res = subprocess.run([sys.executable, "-m", "logitjudge", "score", "--help"], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "300"})
+    assert res.returncode == 0 and "(default: 4096)" in res.stdout and "exit codes" in res.stdout
+    assert "(default: balanced)" in res.stdout and "{greedy,marginal}" in res.stdout
+    with pytest.raises(SystemExit) as e:
+        main(["score", "--out", "x.npz"])  # usage: --texts missing
+    assert e.value.code == 2
+    # an internal error: one line, exit 1; the traceback only under --debug
+    from logitjudge import cli
+
+    def boom(args):
+        raise RuntimeError("kaput")
+
+    monkeypatch.setitem(cli.COMMANDS, "analyze", boom)
+    capsys.readouterr()
+    assert main(["analyze", "t.npz"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error: RuntimeError: kaput" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(RuntimeError):
+        main(["analyze", "t.npz", "--debug"])
+
+    def interrupted(args):
+        import os
+
+        os.kill(os.getpid(), signal.SIGTERM)  # handled like Ctrl-C
+        time.sleep(5)
+
+    monkeypatch.setitem(cli.COMMANDS, "analyze", interrupted)
+    assert main(["analyze", "t.npz"]) == 130
+
+
+def test_analyze_export_markdown_and_group_by(tmp_path, model_dir, capsys):
+    texts = write_texts(tmp_path / "texts.jsonl", 3)
+    out = tmp_path / "t.npz"
+    assert main(["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "fixed:2", "--out",
+                 str(out), "--quiet"]) == 0
+    t = ScoreTable.load(out)
+    capsys.readouterr()
+    assert main(["analyze", str(out), "--export", str(tmp_path / "long.csv")]) == 0
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "long.csv")
+    assert len(df) == t.probs.size and np.allclose(df["prob"].to_numpy(), t.to_dataframe()["prob"].to_numpy())
+    assert main(["analyze", str(out), "--export", str(tmp_path / "long.xlsx")]) == 2
+    assert ".parquet or .csv" in capsys.readouterr().err
+    assert main(["analyze", str(out), "--group-by", "doc"]) == 2
+    assert "--group-by" in capsys.readouterr().err
+    assert main(["analyze", str(out), "--n-boot", "10"]) == 0
+    default = capsys.readouterr().out
+    assert main(["analyze", str(out), "--markdown", "--n-boot", "10"]) == 0
+    assert capsys.readouterr().out == default and not default.lstrip().startswith("{")  # Markdown, not JSON
+
+
+def test_bad_input_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """Template, orderings, token budget, --out and an unreachable model id: one line, exit 2, no model load."""
+    from logitjudge import models
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_load)
+    texts = write_texts(tmp_path / "texts.jsonl", 2)
+    base = ["score", "--model", "no-org/no-such-model", "--texts", str(texts), "--quiet"]
+    out = ["--out", str(tmp_path / "t.npz")]
+    for extra, words in [(["--template", "no-such"], "--template"), (["--orderings", "random:0"], "at least 1"),
+                         (["--orderings", "fixed:0"], "at least 1"), (["--token-budget", "0"], "--token-budget"),
+                         (["--out", str(texts / "t.npz")], "cannot write")]:
+        capsys.readouterr()
+        assert main(base + (extra if extra[0] == "--out" else extra + out)) == 2, extra
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, (extra, err)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    t0 = time.time()
+    assert main(base + out) == 2
+    err = capsys.readouterr().err
+    assert "no-org/no-such-model" in err and "HF_HUB_OFFLINE" in err and time.time() - t0 < 10
+    assert not list(tmp_path.glob("t.npz*"))

@@ -300,9 +300,10 @@ def test_example_specs_validate():
         assert spec.data.name is not None and spec.out.startswith("reports/"), p
 
 
-@pytest.mark.skipif(shared_data_dir() is None, reason="shared data folder not found")
+@pytest.mark.skipif(shared_data_dir("hanna", "mt_bench") is None,
+                    reason="real data (hanna, mt_bench) not found: set LOGITJUDGE_DATA or put it at ../shared/data")
 def test_prepare_reads_data_sets():
-    data = shared_data_dir()
+    data = shared_data_dir("hanna", "mt_bench")
     exp = prepare({"name": "h", "data": {"name": "hanna", "limit": 22, "criteria": ["Coherence", "Empathy"]}},
                   data_dir=data)
     assert len(exp.items) == 22 and exp.data_info["n_groups"] == 2
