@@ -180,8 +180,8 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
     A spec from ``score`` flags writes its table at ``out``; an experiment writes a report folder there, with the
     table at ``out/table.npz``.
     """
-    from .multi import check_slots
     from .prompts import PromptError, load_template
+    from .steps import check_slots
 
     spec = load_spec(spec)
     items, rubric, info = _load_items(spec, data_dir)

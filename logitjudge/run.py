@@ -1,7 +1,7 @@
 """One scoring run: fingerprint, checkpoint, rank sharding, progress, meta, table assembly and the atomic save.
 
-The same run drives single-criterion scoring (a step per batch of items, :func:`logitjudge.scoring.score_batch`)
-and multi-criteria scoring (a step per item, :mod:`logitjudge.multi`'s slot algorithms). The batch plan is fixed
+The same run drives single-criterion scoring (a step per batch of items, :func:`logitjudge.steps.score_batch`)
+and multi-criteria scoring (a step per item, the slot algorithms of :mod:`logitjudge.steps`). The batch plan is fixed
 from this rank's whole item list in fixed windows, whatever is already done, and each batch is checkpointed as
 one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is equal bit for
 bit. Under torchrun every rank scores its share with its own checkpoint; rank 0 writes the gathered table.
@@ -21,11 +21,10 @@ import numpy as np
 from . import distributed
 from .checkpoint import Checkpoint
 from .engine import Engine
-from .multi import SLOT_FUNCTIONS, MultiCriteriaError, check_slots
 from .orderings import validate
 from .prompts import load_template
 from .requests import check_orders, item_prompts, orders_of
-from .scoring import WINDOW, plan_batches, score_batch
+from .steps import SLOT_FUNCTIONS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
 from .table import ScoreTable, TableError
 
 log = logging.getLogger(__name__)
