@@ -181,6 +181,7 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
     table at ``out/table.npz``.
     """
     from .prompts import PromptError, load_template
+    from .requests import default_template
     from .steps import check_slots
 
     spec = load_spec(spec)
@@ -190,7 +191,7 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
         raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: the rubric has a single criterion "
                         f"({rubric.criteria[0].name!r}); set multi_criteria = false or choose 2+ criteria")
     try:
-        name = pr.template or ("multi-criteria" if pr.multi_criteria else "text-first")
+        name = pr.template or default_template(pr.multi_criteria)
         template = load_template(relative(name, spec.base) if name.endswith(".toml") else name)
     except PromptError as e:
         raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
@@ -223,12 +224,17 @@ def check_labels(exp: Experiment) -> None:
     """The label checks that need the tokenizer (labels that are token prefixes of each other, labels the
     tokenizer cannot produce), run on the tokenizer alone before the model loads."""
     from .models import load_tokenizer
-    from .requests import encode, first_requests, orders_of
+    from .requests import encode, first_requests, orders_of, slot_request
 
-    tok = load_tokenizer(_model_source(exp.spec))
-    probe = _TokenizerOnly(tok)
-    for req in first_requests(exp.rubric, exp.items[0], orders_of(np.asarray(exp.option_orders), 0)[:1],
-                              None if exp.criterion_orders is None else exp.criterion_orders[:1]):
+    probe = _TokenizerOnly(load_tokenizer(_model_source(exp.spec)))
+    item, orders = exp.items[0], orders_of(np.asarray(exp.option_orders), 0)
+    if exp.criterion_orders is None:
+        requests = first_requests(exp.rubric, item, orders[:1])  # one per criterion
+    else:  # every slot of the first ordering, the earlier slots holding their first label
+        co = exp.criterion_orders[0]
+        answers = [exp.rubric.criteria[c].options[0].label for c in co]
+        requests = [slot_request(item, orders[0], co, answers[:j]) for j in range(len(co))]
+    for req in requests:
         encode(probe, exp.template, exp.rubric, req)
 
 

@@ -43,6 +43,11 @@ class Request:
         return self.criteria_order[len(self.answers)]
 
 
+def default_template(multi: bool) -> str:
+    """The built-in template a run uses when none is given."""
+    return "multi-criteria" if multi else "text-first"
+
+
 def single_requests(rubric: Rubric, item: Item, option_orders) -> list[Request]:
     """One request per (criterion, ordering) of an item, criterion-major: index c * K + k."""
     return [Request(item, tuple(map(int, order)), (c,), ordering=k)

@@ -23,7 +23,7 @@ from .checkpoint import Checkpoint
 from .engine import Engine
 from .orderings import validate
 from .prompts import load_template
-from .requests import check_orders, item_prompts, orders_of
+from .requests import check_orders, default_template, item_prompts, orders_of
 from .steps import SLOT_FUNCTIONS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
 from .table import ScoreTable, TableError
 
@@ -54,7 +54,7 @@ class Run:
                  engine: Engine | None = None, out=None, slots: str = "greedy", max_continuations: int = 20000,
                  progress: bool = True, meta: dict | None = None):
         self.multi = criterion_orders is not None
-        self.template = load_template(template or ("multi-criteria" if self.multi else None))
+        self.template = load_template(template or default_template(self.multi))
         rubric.validate(need_descriptions=self.template.needs_descriptions
                         and "{description}" in self.template.option_line)
         if not items:

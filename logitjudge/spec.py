@@ -5,7 +5,9 @@ Each setting is one dataclass field whose metadata holds its help text, its choi
 (optionally) its command-line flag: :func:`from_dict` checks a TOML table against the fields (unknown keys with a
 suggestion, types, choices, minimums: one line naming the key and the fix), :func:`add_flags` adds the flags of a
 section to an argparse parser with the same choices, defaults and help, and :func:`from_flags` builds a spec from
-parsed flags. Adding a setting is adding one field here.
+parsed flags. Adding a setting is adding one field here (``opt(default, help, choices=..., minimum=...)``); a new
+section is a frozen dataclass of such fields, an entry in :data:`SECTIONS` and a field of :class:`Spec`, and its
+flags come with ``add_flags(parser, TheSection, dest_prefix="section.")`` in ``cli.py``.
 """
 
 from __future__ import annotations
@@ -264,7 +266,8 @@ def from_flags(args, *, name: str = "score") -> Spec:
                 v = [x.strip() for x in v.split(",") if x.strip()]
             given[f.name] = check_value(f, v, flag_of(f), flag=True)
         sections[key] = cls(**given)
-    top = {k: d[k] for k in ("out", "dump_prompts") if d.get(k) is not None}
+    top = {f.name: check_value(f, d[f.name], flag_of(f), flag=True) for f in fields(Spec)
+           if f.metadata.get("cli") and d.get(f.name) is not None}
     return Spec(name=name, **top, **sections, from_flags=True)
 
 
