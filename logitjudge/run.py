@@ -21,7 +21,7 @@ import numpy as np
 from . import distributed
 from .checkpoint import Checkpoint
 from .engine import Engine
-from .orderings import validate
+from .orderings import fixed, validate
 from .prompts import load_template
 from .requests import check_orders, default_template, item_prompts, orders_of
 from .steps import SLOT_FUNCTIONS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
@@ -63,8 +63,7 @@ class Run:
         if len(set(ids)) != len(ids):
             raise ValueError("item ids must be unique")
         n = rubric.n_options
-        self.option_orders = check_orders(np.tile(np.arange(n), (1, 1)) if option_orders is None else option_orders,
-                                          n, len(items))
+        self.option_orders = check_orders(fixed(n) if option_orders is None else option_orders, n, len(items))
         K = self.option_orders.shape[-2]
         extra = {"mode": "single"}
         if self.multi:
@@ -148,7 +147,7 @@ class Run:
         if old is not None and old.meta.get("fingerprint") == self.fingerprint:
             log.info("%s holds these settings already; reusing it", self.out)
             return old
-        log.warning("%s holds a table with other settings; this run replaces it", self.out)
+        log.warning("%s holds a table of other settings (or no readable table); this run replaces it", self.out)
         return None
 
     def table(self, done: dict, elapsed: float, world_size: int = 1) -> ScoreTable:
