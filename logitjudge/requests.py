@@ -86,8 +86,8 @@ def encode(lm, template: Template, rubric: Rubric, req: Request) -> EncodedPromp
         raise PromptError(f"item {item.id!r}: the text is empty")
     where = (f"item {item.id!r}, slot {len(req.answers)} ({asked.name})" if req.slots
              else f"item {item.id!r}, criterion {asked.name!r}, ordering {req.ordering}")
-    return encode_prompt(lm.tokenizer, render(template, lm.tokenizer, rubric, req),
-                         [template.continuation(o.label) for o in asked.options],
+    prompt = render(template, lm.tokenizer, rubric, req)
+    return encode_prompt(lm.tokenizer, prompt, [template.continuation(o.label) for o in asked.options],
                          add_special_tokens=not template.chat, max_length=lm.max_length, where=where)
 
 

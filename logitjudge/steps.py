@@ -83,8 +83,8 @@ def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, crite
     answers: list[list[str]] = [[] for _ in range(K)]
     cached: list = [None] * K  # (token ids, PrefixKV) of each ordering's context so far
     for j in range(C):
-        eps = [encode(lm, template, rubric, slot_request(item, option_orders[k], criterion_orders[k], answers[k], k))
-               for k in range(K)]
+        reqs = [slot_request(item, option_orders[k], criterion_orders[k], answers[k], k) for k in range(K)]
+        eps = [encode(lm, template, rubric, req) for req in reqs]
         if j == 0:  # one trie over all orderings: the text is shared by all of them
             seqs, reads, ends = [], [], []
             for k, ep in enumerate(eps):
@@ -134,7 +134,8 @@ def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, cri
         for j in range(C):
             for path in itertools.product(range(n), repeat=j):
                 labels = [rubric.criteria[criterion_orders[k][i]].options[a].label for i, a in enumerate(path)]
-                ep = encode(lm, template, rubric, slot_request(item, option_orders[k], criterion_orders[k], labels, k))
+                req = slot_request(item, option_orders[k], criterion_orders[k], labels, k)
+                ep = encode(lm, template, rubric, req)
                 eps[(k, path)] = ep
                 s, r = label_reads(ep, (k, path))
                 seqs += s
