@@ -134,12 +134,34 @@ def write_long_texts(path: Path, n: int) -> Path:
     return path
 
 
-def test_resume_after_kill_is_bitwise_identical(tmp_path, model_dir):
-    """SIGKILL mid-run at the default token budget, resume: the table equals an uninterrupted one bit for bit."""
-    texts = write_long_texts(tmp_path / "texts.jsonl", 24)
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory, model_dir):
+    """24 long texts scored once, uninterrupted, at the default token budget: (args, table path, the batches
+    the engine ran, as their items' prompt lengths)."""
+    from logitjudge import engine
+
+    d = tmp_path_factory.mktemp("long")
+    texts = write_long_texts(d / "texts.jsonl", 24)
     args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "random:2", "--quiet"]
-    ref = tmp_path / "ref.npz"
-    assert main(args + ["--out", str(ref)]) == 0
+    seen: list = []
+    real_run = engine.Engine.prompt_logprobs
+
+    def record(self, groups):
+        seen.append(sorted(len(g[0].prompt_ids) for g in groups))
+        return real_run(self, groups)
+
+    engine.Engine.prompt_logprobs = record
+    try:
+        assert main(args + ["--out", str(d / "ref.npz")]) == 0
+    finally:
+        engine.Engine.prompt_logprobs = real_run
+    assert len(seen) >= 3, "the test needs several batches at the default token budget"
+    return args, d / "ref.npz", seen
+
+
+def test_resume_after_kill_is_bitwise_identical(tmp_path, long_run):
+    """SIGKILL mid-run at the default token budget, resume: the table equals an uninterrupted one bit for bit."""
+    args, ref, _ = long_run
     out = tmp_path / "killed.npz"
     partial = Path(str(out) + ".partial.jsonl")
     child = subprocess.Popen([sys.executable, "-c", CHILD, *args, "--out", str(out)],
@@ -159,13 +181,12 @@ def test_resume_after_kill_is_bitwise_identical(tmp_path, model_dir):
     assert np.array_equal(a.probs, b.probs) and np.array_equal(a.label_mass, b.label_mass)
 
 
-def test_interrupted_batches_resume_bitwise_and_are_never_rescored(tmp_path, model_dir, monkeypatch):
+def test_interrupted_batches_resume_bitwise_and_are_never_rescored(tmp_path, long_run, monkeypatch):
     """An interruption after the first saved batch: the resumed run scores only the other batches, forms the
     same batches as an uninterrupted run, and its table is equal bit for bit."""
     from logitjudge import checkpoint, engine
 
-    texts = write_long_texts(tmp_path / "texts.jsonl", 24)
-    args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "random:2", "--quiet"]
+    args, ref, full_batches = long_run
     seen: list = []
     real_run = engine.Engine.prompt_logprobs
 
@@ -174,9 +195,6 @@ def test_interrupted_batches_resume_bitwise_and_are_never_rescored(tmp_path, mod
         return real_run(self, groups)
 
     monkeypatch.setattr(engine.Engine, "prompt_logprobs", record)
-    assert main(args + ["--out", str(tmp_path / "ref.npz")]) == 0
-    full_batches, seen[:] = list(seen), []
-    assert len(full_batches) >= 3, "the test needs several batches at the default token budget"
     real_add = checkpoint.Checkpoint.add_batch
 
     def add_then_stop(self, records):
@@ -190,12 +208,12 @@ def test_interrupted_batches_resume_bitwise_and_are_never_rescored(tmp_path, mod
     first, seen[:] = list(seen), []
     assert main(args + ["--out", str(out)]) == 0
     assert first + seen == full_batches  # the same batches, none scored twice
-    a, b = ScoreTable.load(tmp_path / "ref.npz"), ScoreTable.load(out)
+    a, b = ScoreTable.load(ref), ScoreTable.load(out)
     assert np.array_equal(a.probs, b.probs) and np.array_equal(a.label_mass, b.label_mass)
     # a rerun with the same settings reuses the table; other settings replace it
     stamp = out.stat().st_mtime_ns
     assert main(args + ["--out", str(out)]) == 0 and out.stat().st_mtime_ns == stamp
-    assert main(args[:-3] + ["--orderings", "random:1", "--quiet", "--out", str(out)]) == 0
+    assert main(args[:-3] + ["--orderings", "fixed:1", "--quiet", "--out", str(out)]) == 0
     assert ScoreTable.load(out).shape[2] == 1
 
 
