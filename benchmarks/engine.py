@@ -24,9 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads  # noqa: E402
 
 from logitjudge.baselines import batched_prompt_logprobs  # noqa: E402
-from logitjudge.engine import Engine, plain_prompt_logprobs, prompt_job  # noqa: E402
+from logitjudge.engine import Engine, distribution, plain_prompt_logprobs, prompt_job  # noqa: E402
 from logitjudge.models import load_model  # noqa: E402
-from logitjudge.scoring import distribution  # noqa: E402
 from logitjudge.trie import build, count_tokens  # noqa: E402
 
 

@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads  # noqa: E402
 
 from logitjudge import orderings  # noqa: E402
-from logitjudge.engine import Engine, plain_prompt_logprobs  # noqa: E402
+from logitjudge.engine import Engine, distribution, plain_prompt_logprobs  # noqa: E402
 from logitjudge.models import load_model  # noqa: E402
-from logitjudge.multi import encode_slot, marginal_cost, score_multi  # noqa: E402
+from logitjudge.multi import marginal_cost, score_multi  # noqa: E402
 from logitjudge.prompts import builtin_template  # noqa: E402
+from logitjudge.requests import encode, slot_request  # noqa: E402
 from logitjudge.rubric import builtin_rubric  # noqa: E402
-from logitjudge.scoring import distribution  # noqa: E402
 
 
 def plain_greedy(lm, tpl, rub, item, oo, co):
@@ -38,7 +38,7 @@ def plain_greedy(lm, tpl, rub, item, oo, co):
     for k in range(len(oo)):
         answers = []
         for c in co[k]:
-            ep = encode_slot(lm, tpl, rub, item, oo[k], co[k], answers)
+            ep = encode(lm, tpl, rub, slot_request(item, oo[k], co[k], answers))
             p = distribution(plain_prompt_logprobs(lm.model, [ep])[0])[0]
             probs[c, k] = p
             answers.append(rub.criteria[c].options[int(np.argmax(p))].label)
@@ -54,7 +54,7 @@ def plain_marginal(lm, tpl, rub, item, oo, co):
         for j in range(C):
             for path in itertools.product(range(n), repeat=j):
                 labels = [rub.criteria[co[k][i]].options[a].label for i, a in enumerate(path)]
-                ep = encode_slot(lm, tpl, rub, item, oo[k], co[k], labels)
+                ep = encode(lm, tpl, rub, slot_request(item, oo[k], co[k], labels))
                 slot[path] = distribution(plain_prompt_logprobs(lm.model, [ep])[0])[0]
         for j in range(C):
             for path in itertools.product(range(n), repeat=j):

@@ -111,12 +111,12 @@ def pick_threads(lm, candidates) -> int:
 def measure_tokens_per_s(lm, exp) -> float:
     """Engine throughput on this machine: every ordering of one criterion of the probe's shortest item."""
     from logitjudge.engine import Engine
-    from logitjudge.scoring import item_prompts
+    from logitjudge.requests import item_prompts
 
     rubric = exp.rubric.subset([exp.rubric.criteria[0].name])
     item = min(exp.items, key=lambda it: len(it.text) + len(it.context))
     prompts = item_prompts(lm, rubric, item, exp.option_orders, exp.template)
-    engine = Engine(lm, token_budget=exp.spec["model"]["token_budget"])
+    engine = Engine(lm, token_budget=exp.spec.model.token_budget)
     t0 = time.perf_counter()
     engine.prompt_logprobs([prompts])
     return engine.stats["tokens"] / (time.perf_counter() - t0)
@@ -129,14 +129,14 @@ def item_tokens(lm, exp) -> float:
 
     counts = []
     for it in exp.items:
-        if exp.spec["prompts"]["multi_criteria"]:
-            from logitjudge.multi import encode_slot
+        if exp.spec.prompts.multi_criteria:
+            from logitjudge.requests import encode, slot_request
 
-            eps = [encode_slot(lm, exp.template, exp.rubric, it, oo, co, [])
+            eps = [encode(lm, exp.template, exp.rubric, slot_request(it, oo, co))
                    for oo, co in zip(exp.option_orders, exp.criterion_orders)]
             later = len(eps) * (exp.rubric.n_criteria - 1) * 12  # each later slot: answer + next slot prefix
         else:
-            from logitjudge.scoring import item_prompts
+            from logitjudge.requests import item_prompts
 
             eps, later = item_prompts(lm, exp.rubric, it, exp.option_orders, exp.template), 0
         job = prompt_job(eps)

@@ -4,7 +4,7 @@ API (all a caller needs)::
 
     import workloads                       # benchmarks/ on sys.path (``python benchmarks/x.py`` does that)
     wl = workloads.build("8x350", lm)      # lm: anything with .tokenizer and .max_length (a LoadedModel)
-    wl.groups                              # list per item of EncodedPrompt (logitjudge.scoring.item_prompts)
+    wl.groups                              # list per item of EncodedPrompt (logitjudge.requests.item_prompts)
     wl.prompts                             # the same, flat (item-major)
     wl.plain_tokens, wl.padded_tokens(16), wl.trie_tokens, wl.n_reads   # token counts (below)
     workloads.NAMES                        # ("1x350", "8x350", "1x2000", "mtbench")
@@ -52,8 +52,8 @@ import numpy as np
 from logitjudge.items import Item
 from logitjudge.orderings import balanced
 from logitjudge.prompts import EncodedPrompt, Template, builtin_template
+from logitjudge.requests import item_prompts
 from logitjudge.rubric import Rubric, builtin_rubric
-from logitjudge.scoring import item_prompts
 
 TOKEN_TOLERANCE = 0.05
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,8 +215,11 @@ def make_texts(tokenizer, n: int, target: int, source: str = "hanna",
                data_dir=None) -> tuple[list[Item], str]:
     """``n`` items without context whose texts have ``target`` tokens (within TOKEN_TOLERANCE, never more)."""
     pool, where = _source_texts(source, data_dir)
+    fallback = where.startswith("demo texts")
     items, cursor = [], 0
     for i in range(n):
+        if fallback:  # a few short texts: item i starts at text i, so that no two items repeat each other
+            cursor = i
         parts, tokens = [], 0
         # concatenate material (cycled) until it is long enough, then cut at a word boundary
         for text, _ in itertools.islice(itertools.cycle(pool), cursor % len(pool), None):

@@ -492,8 +492,9 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale:
         scale: score multiplier (usually D ** -0.5 or the model's query_pre_attn_scalar ** -0.5).
         sliding_window: key at position j visible from query position a iff a - j < sliding_window.
         softcap: scores <- softcap * tanh(scores / softcap), applied after scaling, before masking.
-        backend: "auto" (Triton on CUDA; on CPU the fused ATen path without soft-cap, else the reference), "ref",
-            "triton" or "cpu".
+        backend: "auto" (Triton on CUDA; on CPU without soft-cap :func:`shared_prefix_attention_cpu`: the C
+            kernel of ``cpu_attention`` where it applies, else ATen's fused flash path; with soft-cap the
+            reference), "ref", "triton" or "cpu".
 
     Returns: (B, Hq, S, D) in q's dtype.
     """

@@ -9,7 +9,10 @@ whole vocabulary (V = 262,144 for Gemma-3). Plain PyTorch materialises (R, V) lo
   ``chunk`` entries), computes its logits tile by tile and writes a partial (max, sum-exp) to a small
   (n_spans, R) fp32 buffer; the spans are then reduced in PyTorch. Label logits come from a tiny
   separate (R, M, d) dot against the gathered label rows of the weight.
-* :func:`label_logprobs` - dispatcher (``backend="auto" | "ref" | "triton"``).
+* :func:`.cpu_readout.logsumexp_c` - CPU: the C kernel (fp32, no soft-cap; built at first use) for the
+  log-sum-exp, the label logits from the same small dot.
+* :func:`label_logprobs` - dispatcher (``backend="auto" | "ref" | "triton" | "cpu"``; "auto" on CPU takes the
+  C kernel from ``MIN_ROWS`` rows where it applies, else the reference).
 * :func:`label_logprobs_plain` - full logits + torch log-softmax in fp32: the ground truth.
 """
 

@@ -1,129 +1,118 @@
-"""Command line: ``logitjudge score | analyze | run | demo``."""
+"""Command line: ``logitjudge score | analyze | run | demo`` (also ``python -m logitjudge``).
+
+``score`` builds a spec from its flags and runs it like ``run`` runs a TOML spec (the flags, their choices,
+defaults and help are the fields of logitjudge.spec).
+
+exit codes: 0 done; 2 bad usage or bad input (one line naming the problem and the fix); 130 interrupted
+(Ctrl-C or SIGTERM: finished batches are saved, run the same command again to continue); 1 internal error (one
+line; the traceback with --debug).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import logging
+import signal
 import sys
+from pathlib import Path
 
-from .engine import EngineError
-from .models import ModelError
+from . import __version__
+from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, PromptSpec, Spec, add_flags
+
+log = logging.getLogger("logitjudge")
 
 
-class CLIError(Exception):
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     pass
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="gemma-3-270m", help="HF model id, local folder, or gemma-3-270m (built-in)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (accelerate device_map)")
-    p.add_argument("--quantize", choices=["4bit", "8bit"], default=None, help="bitsandbytes, CUDA only")
-    p.add_argument("--token-budget", type=int, default=4096, help="rows x padded tokens per forward batch")
-    p.add_argument("--prefix-mode", default="auto", choices=["auto", "native", "shared", "copy"],
-                   help="auto: the native Gemma-3 step function where supported, else shared")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: the CPUs this process may run on)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="logitjudge", description=__doc__)
+    ap = argparse.ArgumentParser(prog="logitjudge", description=__doc__, formatter_class=_Formatter)
+    ap.add_argument("--version", action="version", version=f"logitjudge {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    s = sub.add_parser("score", help="exact option distributions for texts under permuted rubrics")
-    _add_model_args(s)
-    s.add_argument("--rubric", default="default", help="rubric .toml/.json file or built-in name")
-    s.add_argument("--texts", required=True, help="JSONL with id, text and optional context, group")
-    s.add_argument("--orderings", default="balanced", help="balanced | random:K | fixed:K")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--template", default=None, help="built-in template name or .toml file")
-    s.add_argument("--criteria", default=None, help="comma-separated subset of the rubric's criteria")
-    s.add_argument("--multi-criteria", action="store_true", help="all criteria in one prompt")
-    s.add_argument("--slots", default="greedy", choices=["greedy", "marginal"])
-    s.add_argument("--criteria-orderings", default="balanced", help="balanced | random:K | fixed:K")
-    s.add_argument("--max-continuations", type=int, default=20000, help="marginal-mode budget per prompt")
-    s.add_argument("--out", required=True, help="output table .npz (resumes if interrupted)")
-    s.add_argument("--dump-prompts", default=None, help="write every prompt and continuation to this JSONL")
-    s.add_argument("--quiet", action="store_true")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, parents=[common], formatter_class=_Formatter,
+                              epilog="exit codes: 0 done, 2 bad usage or input, 130 interrupted, 1 internal error")
 
-    a = sub.add_parser("analyze", help="position bias, aggregation, human alignment, rank stability")
-    a.add_argument("table")
+    s = command("score", "exact option distributions for texts under permuted rubrics")
+    add_flags(s, ModelSpec, dest_prefix="model.")
+    add_flags(s, DataSpec, dest_prefix="data.", required=("texts",))
+    add_flags(s, PromptSpec, dest_prefix="prompts.")
+    add_flags(s, OrderingSpec, dest_prefix="orderings.")
+    add_flags(s, Spec, required=("out",))
+    s.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
+
+    a = command("analyze", "position bias, aggregation, human alignment, rank stability")
+    a.add_argument("table", help="a score table (.npz) written by score or run")
     a.add_argument("--human", default=None, help="JSONL with id and human scores")
-    a.add_argument("--group-by", default=None, help="field of the human file that groups items")
+    a.add_argument("--group-by", default=None,
+                   help="field of the --human file that groups items (needs --human; without it the table's own "
+                        "groups are used)")
     fmt = a.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true")
-    fmt.add_argument("--markdown", action="store_true")
-    a.add_argument("--n-boot", type=int, default=1000)
-    a.add_argument("--seed", type=int, default=0)
+    fmt.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    fmt.add_argument("--markdown", action="store_true", help="print the analysis as Markdown (the default)")
+    a.add_argument("--export", default=None, metavar="FILE",
+                   help="write the table's long DataFrame (one row per item, criterion, ordering, option) to "
+                        "FILE.parquet or FILE.csv instead of analysing it")
+    add_flags(a, AnalysisSpec, dest_prefix="analysis.")
 
-    r = sub.add_parser("run", help="run an experiment spec (.toml): score, analyse, report")
-    r.add_argument("spec")
-    r.add_argument("--data-dir", default=None)
-    r.add_argument("--out", default=None, help="report folder (default from the spec)")
+    r = command("run", "run an experiment spec (.toml): score, analyse, report")
+    r.add_argument("spec", help="experiment spec (.toml); see experiments/")
+    r.add_argument("--data-dir", default=None, help="data sets folder (default: $LOGITJUDGE_DATA)")
+    r.add_argument("--out", default=None, help="report folder (default: the spec's out)")
 
-    d = sub.add_parser("demo", help="score the built-in texts with the built-in rubric on gemma-3-270m")
-    d.add_argument("--out", default="out/demo")
-    d.add_argument("--model", default="gemma-3-270m")
+    d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
+    d.add_argument("--out", default="out/demo", help="report folder")
+    d.add_argument("--model", default="gemma-3-270m", help="judge model id or folder")
     return ap
 
 
 def cmd_score(args) -> int:
-    from .engine import Engine
-    from .items import read_items
-    from .models import load_model, set_threads
-    from .orderings import parse
-    from .prompts import load_template
-    from .rubric import load_rubric
+    from .experiment import check_labels, load_judge, prepare, score_experiment
+    from .spec import from_flags
 
-    rubric = load_rubric(args.rubric)
-    if args.criteria:
-        rubric = rubric.subset([c.strip() for c in args.criteria.split(",")])
-    items = read_items(args.texts)
-    orders = parse(args.orderings, rubric.n_options, seed=args.seed)
-    from .distributed import current, rank_device
-
-    device = rank_device(args.device, current(args.device))  # under torchrun: one GPU per rank
-    set_threads(args.threads)
-    lm = load_model(args.model, dtype=args.dtype, device=device, quantize=args.quantize)
-    engine = Engine(lm, token_budget=args.token_budget, prefix_mode=args.prefix_mode)
-    if args.multi_criteria:
-        from .multi import score_multi
-        from .orderings import cross
-
-        # every option order with every criteria order; use --orderings fixed:1 to permute criteria only
-        orders, corders = cross(orders, parse(args.criteria_orderings, rubric.n_criteria, seed=args.seed + 1))
-        template = load_template(args.template or "multi-criteria")
-        if args.dump_prompts:
-            from .multi import dump_multi_prompts
-
-            dump_multi_prompts(lm, items, rubric, orders, corders, template, args.dump_prompts)
-        table = score_multi(lm, items, rubric, orders, corders, template=template, engine=engine, out=args.out,
-                            slots=args.slots, max_continuations=args.max_continuations,
-                            progress=not args.quiet, meta={"orderings": args.orderings,
-                                                           "criteria_orderings": args.criteria_orderings})
-    else:
-        from .scoring import dump_prompts, score
-
-        template = load_template(args.template)
-        if args.dump_prompts:
-            dump_prompts(lm, items, rubric, orders, template, args.dump_prompts)
-        table = score(lm, items, rubric, orders, template=template, engine=engine, out=args.out,
-                      progress=not args.quiet, meta={"orderings": args.orderings, "seed": args.seed})
-    print(f"wrote {args.out}: {table.shape[0]} items x {table.shape[1]} criteria x {table.shape[2]} orderings "
-          f"x {table.shape[3]} options")
+    exp = prepare(from_flags(args))  # everything but the model is checked here
+    check_labels(exp)  # the tokenizer alone
+    table = score_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
+    print(f"wrote {exp.table_path}: {table.shape[0]} items x {table.shape[1]} criteria x {table.shape[2]} "
+          f"orderings x {table.shape[3]} options")
     return 0
 
 
 def cmd_analyze(args) -> int:
+    import json
+
     from .analysis import analyze, format_markdown, read_human_scores
     from .table import ScoreTable
 
+    if args.group_by and not args.human:
+        raise UsageError("--group-by names a field of the --human file; give --human too (without --human the "
+                         "table's own item groups are used)")
     table = ScoreTable.load(args.table)
+    if args.export:
+        return _export(table, Path(args.export))
     human = groups = None
     if args.human:
         human, groups = read_human_scores(args.human, group_by=args.group_by)
-    res = analyze(table, human=human, groups=groups or None, rng=args.seed, n_boot=args.n_boot)
+    a = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("analysis.")}
+    res = analyze(table, human=human, groups=groups or None, rng=a["seed"], n_boot=a["n_boot"], method=a["method"],
+                  n_draws=a["n_draws"])
     print(json.dumps(res, indent=2) if args.json else format_markdown(res))
+    return 0
+
+
+def _export(table, path: Path) -> int:
+    if path.suffix not in (".parquet", ".csv"):
+        raise UsageError(f"--export {path}: the file must end in .parquet or .csv")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        table.to_parquet(path)
+    else:
+        table.to_dataframe().to_csv(path, index=False)
+    print(f"wrote {path}: {table.probs.size} rows")
     return 0
 
 
@@ -145,17 +134,52 @@ def cmd_demo(args) -> int:
 COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo}
 
 
+class UsageError(ValueError):
+    """Flags that do not go together."""
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if getattr(args, "quiet", False) else logging.INFO,
+                        format="logitjudge: %(message)s", stream=sys.stderr, force=True)
+    previous = signal.signal(signal.SIGTERM, _sigterm) if _main_thread() else None
     try:
         return COMMANDS[args.cmd](args)
     except KeyboardInterrupt:
-        print("\ninterrupted: finished items are saved; run the same command again to continue", file=sys.stderr)
+        print("\ninterrupted: finished batches are saved; run the same command again to continue", file=sys.stderr)
         return 130
-    except (ValueError, OSError, CLIError, ModelError, EngineError) as e:
-        # the errors logitjudge raises itself say what is wrong and how to fix it; anything else is a bug
+    except (ValueError, OSError, *_expected_errors()) as e:
+        # the errors logitjudge raises itself say what is wrong and how to fix it
+        if args.debug:
+            raise
         print(f"logitjudge {args.cmd}: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - anything else is a bug: one line, the traceback under --debug
+        if args.debug:
+            raise
+        print(f"logitjudge {args.cmd}: internal error: {type(e).__name__}: {e} (run with --debug for the "
+              "traceback)", file=sys.stderr)
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _expected_errors() -> tuple:
+    from .engine import EngineError
+    from .models import ModelError
+
+    return (ModelError, EngineError)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ only there, once per run.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,7 +64,6 @@ class Engine:
         modes = ["auto", "native", *FORWARDS]
         if prefix_mode not in modes:
             raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {modes}")
-        self.lm = lm
         self.model = lm.model
         if prefix_mode == "auto":
             prefix_mode = "native" if native_support(self.model) is None else "shared"
@@ -74,7 +74,9 @@ class Engine:
         self.prefix_mode = prefix_mode
         if prefix_mode == "shared":
             install_shared_attention(self.model)
-        self._forward = NativeGemma3(self.model) if prefix_mode == "native" else FORWARDS[prefix_mode]
+        # (ids, prefix, *, capture, select) -> (hidden, captured); the native step function holds its model
+        self._forward = (NativeGemma3(self.model) if prefix_mode == "native"
+                         else functools.partial(FORWARDS[prefix_mode], self.model))
         self.n_layers = n_layers(self.model)
         weight, self._scale, self._softcap = head_params(self.model)
         self._weight = weight if weight.dtype == torch.float32 else weight.float()  # fp32 read-out, once
@@ -166,7 +168,7 @@ class Engine:
         select = (torch.tensor(rows, dtype=torch.long, device=self.device),
                   torch.tensor(offs, dtype=torch.long, device=self.device))
         prefix = groups if self.prefix_mode == "native" else groups[0][0]
-        hidden, captured = self._forward(self.model, ids.to(self.device), prefix, capture=need_cache,
+        hidden, captured = self._forward(ids.to(self.device), prefix, capture=need_cache,
                                          select=select)  # (R, d)
         self.stats["forward_calls"] += 1
         self.stats["tokens"] += sum(len(n.tokens) for _, n, _ in chunk)
@@ -195,13 +197,8 @@ class Engine:
     # ---- prompts -------------------------------------------------------------------------------------------
     def prompt_logprobs(self, groups: list[list[EncodedPrompt]]) -> list[list[np.ndarray]]:
         """For each group (an item's prompts) and prompt: log-probability of each whole label continuation."""
-        jobs = [prompt_job(g) for g in groups]
-        res = self.run(jobs)
-        out = []
-        for g, r in zip(groups, res):
-            out.append([np.array([sum(r.logprobs[(p, o, t)] for t in range(len(c)))
-                                  for o, c in enumerate(ep.continuation_ids)]) for p, ep in enumerate(g)])
-        return out
+        res = self.run([prompt_job(g) for g in groups])
+        return [[continuation_logprobs(r.logprobs, ep, p) for p, ep in enumerate(g)] for g, r in zip(groups, res)]
 
 
 def _by_prefix(entries: list) -> list[list]:
@@ -212,15 +209,37 @@ def _by_prefix(entries: list) -> list[list]:
     return list(groups.values())
 
 
+def label_reads(ep: EncodedPrompt, tag, start: int = 0) -> tuple[list[list[int]], list[list[tuple]]]:
+    """The one label-read form: per option, the sequence prompt[start:] + continuation[:-1] and its reads
+    (index, token, (tag, option, t)) at every continuation token. ``start``: prompt tokens already cached."""
+    seqs, reads = [], []
+    base = len(ep.prompt_ids) - 1 - start
+    for o, cont in enumerate(ep.continuation_ids):
+        seqs.append(list(ep.prompt_ids[start:]) + list(cont[:-1]))
+        reads.append([(base + t, cont[t], (tag, o, t)) for t in range(len(cont))])
+    return seqs, reads
+
+
+def distribution(logprobs: np.ndarray) -> tuple[np.ndarray, float]:
+    """Renormalised option probabilities and the label mass (total probability of all labels)."""
+    lp = np.asarray(logprobs, dtype=np.float64)
+    m = lp.max()
+    w = np.exp(lp - m)
+    return w / w.sum(), float(np.exp(m) * w.sum())
+
+
+def continuation_logprobs(logprobs: dict, ep: EncodedPrompt, tag) -> np.ndarray:
+    """Log-probability of each option's whole continuation: the sum of its token reads under ``tag``."""
+    return np.array([sum(logprobs[(tag, o, t)] for t in range(len(c))) for o, c in enumerate(ep.continuation_ids)])
+
+
 def prompt_job(prompts: list[EncodedPrompt]) -> Job:
-    """One sequence per (prompt, option): prompt + continuation[:-1]; reads at every continuation token."""
+    """All label reads of a group of prompts from scratch (prompt p's reads are tagged p)."""
     seqs, reads = [], []
     for p, ep in enumerate(prompts):
-        for o, cont in enumerate(ep.continuation_ids):
-            seq = list(ep.prompt_ids) + list(cont[:-1])
-            base = len(ep.prompt_ids) - 1
-            seqs.append(seq)
-            reads.append([(base + t, cont[t], (p, o, t)) for t in range(len(cont))])
+        s, r = label_reads(ep, p)
+        seqs += s
+        reads += r
     return Job(seqs, reads)
 
 

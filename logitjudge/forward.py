@@ -1,9 +1,11 @@
-"""Step functions: (model, tokens, prefix cache) -> hidden states, and hidden states -> label log-probabilities.
+"""The prefix cache and transformers' forwards over it: (model, tokens, prefix cache) -> hidden states.
 
 The shared prefix is an explicit object, :class:`PrefixKV`: per layer one key and one value tensor of shape
-(Hkv, L, D), held once and never copied per row. Suffix rows attend to it through an attention function
-registered with transformers' ``AttentionInterface`` (``shared`` mode). ``copy`` mode is the plain fallback that
-works for any model: the prefix is expanded into a ``DynamicCache`` per row.
+(Hkv, L, D), held once and never copied per row. In ``shared`` mode suffix rows attend to it through an
+attention function registered with transformers' ``AttentionInterface``; ``copy`` mode is the plain fallback
+that works for any model: the prefix is expanded into a ``DynamicCache`` per row. (The ``native`` Gemma-3 step
+function is :mod:`logitjudge.native`.) :func:`head_params` gives the unembedding the engine's read-out uses
+(hidden states -> label log-probabilities are computed in :meth:`logitjudge.engine.Engine.read`).
 """
 
 from __future__ import annotations

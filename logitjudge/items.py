@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,12 +66,3 @@ def read_items(path: str | Path) -> list[Item]:
     if not items:
         raise ItemError(f"texts file {p} has no items")
     return items
-
-
-def write_items(items, path: str | Path) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("w", encoding="utf-8") as f:
-        for it in items:
-            f.write(json.dumps(it.to_json(), ensure_ascii=False) + "\n")
-    return p

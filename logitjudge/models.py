@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -76,7 +77,7 @@ def builtin_checkpoint(alias: str = "gemma-3-270m") -> Path:
     if target.exists():
         shutil.rmtree(target)
     tmp.replace(target)  # atomic: an interrupted conversion never leaves a half-written checkpoint
-    print(f"logitjudge: converted {gguf_path.name} to {target} in {time.time() - t0:.0f} s (once)")
+    logging.getLogger(__name__).info("converted %s to %s in %.0f s (once)", gguf_path.name, target, time.time() - t0)
     return target
 
 
@@ -100,6 +101,44 @@ def set_threads(n: int | None = None) -> int:
         raise ModelError(f"threads must be a positive integer, got {n!r}")
     torch.set_num_threads(n)
     return n
+
+
+def check_available(model_id: str) -> None:
+    """Fail fast, in one line, when ``model_id`` is neither a built-in, a local folder nor in the local Hugging
+    Face cache and the hub cannot be reached (offline mode set, or no connection within a few seconds), instead
+    of minutes of download retries."""
+    if model_id in BUILTIN_ALIASES or Path(model_id).expanduser().is_dir():
+        return
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(model_id, "config.json"), str):
+        return
+    if constants.HF_HUB_OFFLINE:
+        why = "HF_HUB_OFFLINE is set"
+    else:
+        import socket
+        from urllib.parse import urlparse
+
+        host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+        try:
+            socket.create_connection((host, 443), timeout=3).close()
+            return
+        except OSError:
+            why = f"{host} is unreachable"
+    raise ModelError(f"model {model_id!r} is neither a local folder nor in the local Hugging Face cache, and {why}; "
+                     "pass a local folder or download the model once with network access")
+
+
+def load_tokenizer(model_id: str = "gemma-3-270m", *, revision: str | None = None):
+    """The tokenizer of a judge alone (its label checks run before the model loads)."""
+    from transformers import AutoTokenizer
+
+    check_available(model_id)
+    source = str(builtin_checkpoint(model_id)) if model_id in BUILTIN_ALIASES else model_id
+    try:
+        return AutoTokenizer.from_pretrained(source, **({"revision": revision} if revision else {}))
+    except OSError as e:
+        raise ModelError(f"could not load the tokenizer of {model_id!r}: {e}") from None
 
 
 def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu",

@@ -202,7 +202,7 @@ class NativeGemma3:
         x, h = residual_rms_norm(x, lw.w_o(attn), lw.ln_post_attn, lw.ln_pre_ff, self.eps)
         return residual_rms_norm(x, lw.w_down(lw.gelu_gate(h)), lw.ln_post_ff, w_next, self.eps)
 
-    def __call__(self, model, ids: torch.Tensor, prefix, *, capture: bool, select=None):
+    def __call__(self, ids: torch.Tensor, prefix, *, capture: bool, select=None):
         """Rows ``ids`` (B, S), right-padded. ``prefix``: the PrefixKV all rows continue, or [(PrefixKV, n rows)]
         groups in row order (rows of a batch may continue different prefixes). ``select`` = (rows, offsets) of
         the positions whose final hidden state is wanted. Returns hidden (R, d) at ``select`` (all (B, S, d)

@@ -98,10 +98,13 @@ def parse(spec: str, n: int, *, seed: int | None = 0) -> np.ndarray:
         if k is not None:
             raise OrderingError("'balanced' takes no count: it is always the 2n cyclic rotations")
         return balanced(n)
+    if kind in ("random", "fixed") and k is not None and k < 1:
+        raise OrderingError(f"ordering spec {spec!r}: the count must be at least 1; use e.g. {kind}:10, or {kind} "
+                            f"alone for the default ({'2n' if kind == 'random' else 1})")
     if kind == "random":
-        return random(n, k or 2 * n, rng=seed)
+        return random(n, 2 * n if k is None else k, rng=seed)
     if kind == "fixed":
-        return fixed(n, k or 1)
+        return fixed(n, 1 if k is None else k)
     raise OrderingError(f"unknown ordering spec {spec!r}; use balanced, random:K or fixed:K")
 
 

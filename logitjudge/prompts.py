@@ -8,7 +8,7 @@ prompt + continuation together and split, here at the last token that ends insid
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from .rubric import Criterion, Rubric
@@ -163,7 +163,3 @@ def encode_prompt(tokenizer, prompt: str, continuations: list[str], *, add_speci
                               f"{max_length} tokens; shorten the text or use a model with a longer context")
     tail = prompt[cut:]
     return EncodedPrompt(prompt_ids, conts, prompt[:cut], tuple(tail + c for c in continuations))
-
-
-def with_terminator(template: Template, terminator: str) -> Template:
-    return replace(template, terminator=terminator)

@@ -92,18 +92,6 @@ class ScoreTable:
         """[orderings, criteria]: the position at which each canonical criterion is shown."""
         return inverse(self.criterion_orders)
 
-    def select_items(self, index) -> ScoreTable:
-        index = np.asarray(index)
-        return ScoreTable(self.probs[index], self.label_mass[index], self.option_orders, self.criterion_orders,
-                          self.values, self.item_ids[index], list(self.criteria),
-                          None if self.item_groups is None else self.item_groups[index], dict(self.meta))
-
-    def select_orderings(self, index) -> ScoreTable:
-        index = np.asarray(index)
-        return ScoreTable(self.probs[:, :, index], self.label_mass[:, :, index], self.option_orders[index],
-                          self.criterion_orders[index], self.values, self.item_ids, list(self.criteria),
-                          self.item_groups, dict(self.meta))
-
     # ---- files ---------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         p = Path(path)

@@ -70,7 +70,11 @@ def gemma_lm():
     return load_model("gemma-3-270m", dtype="fp32", device="cpu")
 
 
-def shared_data_dir() -> Path | None:
+def shared_data_dir(*needed: str) -> Path | None:
+    """The real data folder ($LOGITJUDGE_DATA, else ../shared/data beside the repository) when it holds every
+    data set in ``needed`` (default: any), else None (the tests that need it skip)."""
     env = os.environ.get("LOGITJUDGE_DATA")
     p = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-    return p if p.exists() else None
+    if not p.is_dir() or not all((p / name).is_dir() for name in needed) or not any(p.iterdir()):
+        return None
+    return p

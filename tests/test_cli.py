@@ -52,8 +52,9 @@ def test_score_dump_and_analyze(tmp_path, model_dir, capsys):
     assert t.meta["torch_threads"] == 2 and t.meta["prefix_mode"] == "native"
     from logitjudge_kernels.cpu_norm import cpu_kernels_status
 
-    assert t.meta["row_kernels"] == ("C" if cpu_kernels_status() is None else
-                                     f"PyTorch reference ({cpu_kernels_status()})")
+    assert t.meta["kernels"]["norms"] == ("C" if cpu_kernels_status() is None else
+                                          f"PyTorch reference ({cpu_kernels_status()})")
+    assert set(t.meta["kernels"]) == {"attention", "readout", "norms"}
     lines = [json.loads(x) for x in dump.read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 8 * 10
     first = lines[0]
@@ -95,7 +96,7 @@ def test_clear_errors(tmp_path, model_dir, capsys):
     assert rc == 2 and "CUDA" in capsys.readouterr().err
     rc = main(["score", "--model", str(model_dir), "--texts", str(texts), "--threads", "0", "--out",
                str(tmp_path / "x.npz"), "--quiet"])
-    assert rc == 2 and "threads must be a positive integer" in capsys.readouterr().err
+    assert rc == 2 and "--threads: must be at least 1" in capsys.readouterr().err
 
 
 CHILD = r"""
@@ -111,46 +112,225 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_resume_after_kill(tmp_path, model_dir):
-    texts = write_texts(tmp_path / "texts.jsonl", 12)
-    args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "random:3",
-            "--token-budget", "64", "--quiet"]
-    ref = tmp_path / "ref.npz"
-    assert main(args + ["--out", str(ref)]) == 0
+def saved_items(partial: Path) -> int:
+    """Items in the checkpoint's complete batch records (a line being written is not counted)."""
+    if not partial.exists():
+        return 0
+    n = 0
+    for line in partial.read_text(encoding="utf-8").splitlines()[1:]:
+        try:
+            n += len(json.loads(line)["batch"])
+        except (ValueError, KeyError):
+            break
+    return n
+
+
+def write_long_texts(path: Path, n: int) -> Path:
+    """Texts of ~150-600 tokens: at the default token budget (4096) a batch holds a few of them."""
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(n):
+            text = " ".join(SENTENCES[(i + j) % 4] for j in range(12 + 12 * (i % 4)))
+            f.write(json.dumps({"id": f"t{i}", "text": text}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory, model_dir):
+    """24 long texts scored once, uninterrupted, at the default token budget: (args, table path, the batches
+    the engine ran, as their items' prompt lengths)."""
+    from logitjudge import engine
+
+    d = tmp_path_factory.mktemp("long")
+    texts = write_long_texts(d / "texts.jsonl", 24)
+    args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "random:2", "--quiet"]
+    seen: list = []
+    real_run = engine.Engine.prompt_logprobs
+
+    def record(self, groups):
+        seen.append(sorted(len(g[0].prompt_ids) for g in groups))
+        return real_run(self, groups)
+
+    engine.Engine.prompt_logprobs = record
+    try:
+        assert main(args + ["--out", str(d / "ref.npz")]) == 0
+    finally:
+        engine.Engine.prompt_logprobs = real_run
+    assert len(seen) >= 3, "the test needs several batches at the default token budget"
+    return args, d / "ref.npz", seen
+
+
+def test_resume_after_kill_is_bitwise_identical(tmp_path, long_run):
+    """SIGKILL mid-run at the default token budget, resume: the table equals an uninterrupted one bit for bit."""
+    args, ref, _ = long_run
     out = tmp_path / "killed.npz"
     partial = Path(str(out) + ".partial.jsonl")
     child = subprocess.Popen([sys.executable, "-c", CHILD, *args, "--out", str(out)],
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.time() + 120
-    while time.time() < deadline:
-        if partial.exists() and len(partial.read_text().splitlines()) >= 4:  # header + 3 items
-            break
+    while time.time() < deadline and saved_items(partial) == 0:
         time.sleep(0.05)
     child.send_signal(signal.SIGKILL)
     child.wait()
     assert not out.exists(), "the child finished before it was killed; the test proves nothing"
-    done = len(partial.read_text().splitlines()) - 1
-    assert 3 <= done < 12
+    done = saved_items(partial)
+    assert 0 < done < 24
     assert main(args + ["--out", str(out)]) == 0
     assert not partial.exists()
     a, b = ScoreTable.load(ref), ScoreTable.load(out)
     assert list(a.item_ids) == list(b.item_ids)
-    assert np.abs(a.probs - b.probs).max() <= 1e-6
+    assert np.array_equal(a.probs, b.probs) and np.array_equal(a.label_mass, b.label_mass)
 
 
-def test_data_parallel_torchrun(tmp_path, model_dir):
-    """Two ranks (gloo on CPU) each score half of the items; the gathered table equals a one-process run."""
-    texts = write_texts(tmp_path / "texts.jsonl", 6)
-    args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "balanced", "--quiet"]
+def test_interrupted_batches_resume_bitwise_and_are_never_rescored(tmp_path, long_run, monkeypatch):
+    """An interruption after the first saved batch: the resumed run scores only the other batches, forms the
+    same batches as an uninterrupted run, and its table is equal bit for bit."""
+    from logitjudge import checkpoint, engine
+
+    args, ref, full_batches = long_run
+    seen: list = []
+    real_run = engine.Engine.prompt_logprobs
+
+    def record(self, groups):
+        seen.append(sorted(len(g[0].prompt_ids) for g in groups))
+        return real_run(self, groups)
+
+    monkeypatch.setattr(engine.Engine, "prompt_logprobs", record)
+    real_add = checkpoint.Checkpoint.add_batch
+
+    def add_then_stop(self, records):
+        real_add(self, records)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.Checkpoint, "add_batch", add_then_stop)
+    out = tmp_path / "cut.npz"
+    assert main(args + ["--out", str(out)]) == 130
+    monkeypatch.setattr(checkpoint.Checkpoint, "add_batch", real_add)
+    first, seen[:] = list(seen), []
+    assert main(args + ["--out", str(out)]) == 0
+    assert first + seen == full_batches  # the same batches, none scored twice
+    a, b = ScoreTable.load(ref), ScoreTable.load(out)
+    assert np.array_equal(a.probs, b.probs) and np.array_equal(a.label_mass, b.label_mass)
+    # a rerun with the same settings reuses the table; other settings replace it
+    stamp = out.stat().st_mtime_ns
+    assert main(args + ["--out", str(out)]) == 0 and out.stat().st_mtime_ns == stamp
+    assert main(args[:-3] + ["--orderings", "fixed:1", "--quiet", "--out", str(out)]) == 0
+    assert ScoreTable.load(out).shape[2] == 1
+
+
+def test_failed_run_leaves_nothing_and_does_not_block_the_fix(tmp_path, model_dir):
+    """Labels that are token prefixes of each other are refused (before the model loads) and leave no file."""
+    texts = write_texts(tmp_path / "texts.jsonl", 2)
+    rubric = tmp_path / "r.toml"
+    rubric.write_text('name = "r"\ninstructions = "Rate."\n[[criteria]]\nname = "Q"\ndescription = "q"\n'
+                      + "".join(f'[[criteria.options]]\nvalue = {v}\nlabel = "{lab}"\ndescription = "level {v}"\n'
+                                for v, lab in ((1, "1"), (10, "1 0"))), encoding="utf-8")
+    out = tmp_path / "t.npz"
+    base = ["score", "--model", str(model_dir), "--texts", str(texts), "--out", str(out), "--quiet"]
+    assert main(base + ["--rubric", str(rubric)]) == 2
+    assert not list(tmp_path.glob("t.npz*"))
+    assert main(base + ["--rubric", str(rubric), "--template", "bracketed"]) == 0
+
+
+@pytest.mark.parametrize("mode", [[], ["--multi-criteria", "--rubric", "hanna", "--criteria",
+                                          "Coherence,Empathy", "--orderings", "fixed:1"]],
+                         ids=["single", "multi"])
+def test_data_parallel_torchrun(tmp_path, model_dir, mode):
+    """Two ranks (gloo on CPU) each score their share of the items; the gathered table equals a one-process run;
+    single- and multi-criteria alike."""
+    texts = write_texts(tmp_path / "texts.jsonl", 5)
+    args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "balanced", "--quiet", *mode]
     single = tmp_path / "single.npz"
     assert main(args + ["--out", str(single)]) == 0
     multi = tmp_path / "multi.npz"
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "logitjudge.cli", *args, "--out", str(multi)],
+                          "-m", "logitjudge", *args, "--out", str(multi)],
                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     a, b = ScoreTable.load(single), ScoreTable.load(multi)
-    assert b.meta["world_size"] == 2
+    assert b.meta["world_size"] == 2 and b.meta.get("multi_criteria", False) == bool(mode)
     assert list(a.item_ids) == list(b.item_ids)
     assert np.abs(a.probs - b.probs).max() <= 1e-6
     assert not list(tmp_path.glob("*.partial.jsonl"))
+
+
+def test_conventions_version_module_help_and_exit_codes(tmp_path, model_dir, capsys, monkeypatch):
+    res = subprocess.run([sys.executable, "-m", "logitjudge", "--version"], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.startswith("logitjudge ")
+    res = subprocess.run([sys.executable, "-m", "logitjudge", "score", "--help"], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "300"})
+    assert res.returncode == 0 and "(default: 4096)" in res.stdout and "exit codes" in res.stdout
+    assert "(default: balanced)" in res.stdout and "{greedy,marginal}" in res.stdout
+    with pytest.raises(SystemExit) as e:
+        main(["score", "--out", "x.npz"])  # usage: --texts missing
+    assert e.value.code == 2
+    # an internal error: one line, exit 1; the traceback only under --debug
+    from logitjudge import cli
+
+    def boom(args):
+        raise RuntimeError("kaput")
+
+    monkeypatch.setitem(cli.COMMANDS, "analyze", boom)
+    capsys.readouterr()
+    assert main(["analyze", "t.npz"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error: RuntimeError: kaput" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(RuntimeError):
+        main(["analyze", "t.npz", "--debug"])
+
+    def interrupted(args):
+        import os
+
+        os.kill(os.getpid(), signal.SIGTERM)  # handled like Ctrl-C
+        time.sleep(5)
+
+    monkeypatch.setitem(cli.COMMANDS, "analyze", interrupted)
+    assert main(["analyze", "t.npz"]) == 130
+
+
+def test_analyze_export_markdown_and_group_by(tmp_path, model_dir, capsys):
+    texts = write_texts(tmp_path / "texts.jsonl", 3)
+    out = tmp_path / "t.npz"
+    assert main(["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "fixed:2", "--out",
+                 str(out), "--quiet"]) == 0
+    t = ScoreTable.load(out)
+    capsys.readouterr()
+    assert main(["analyze", str(out), "--export", str(tmp_path / "long.csv")]) == 0
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "long.csv")
+    assert len(df) == t.probs.size and np.allclose(df["prob"].to_numpy(), t.to_dataframe()["prob"].to_numpy())
+    assert main(["analyze", str(out), "--export", str(tmp_path / "long.xlsx")]) == 2
+    assert ".parquet or .csv" in capsys.readouterr().err
+    assert main(["analyze", str(out), "--group-by", "doc"]) == 2
+    assert "--group-by" in capsys.readouterr().err
+    assert main(["analyze", str(out), "--n-boot", "10"]) == 0
+    default = capsys.readouterr().out
+    assert main(["analyze", str(out), "--markdown", "--n-boot", "10"]) == 0
+    assert capsys.readouterr().out == default and not default.lstrip().startswith("{")  # Markdown, not JSON
+
+
+def test_bad_input_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """Template, orderings, token budget, --out and an unreachable model id: one line, exit 2, no model load."""
+    from logitjudge import models
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_load)
+    texts = write_texts(tmp_path / "texts.jsonl", 2)
+    base = ["score", "--model", "no-org/no-such-model", "--texts", str(texts), "--quiet"]
+    out = ["--out", str(tmp_path / "t.npz")]
+    for extra, words in [(["--template", "no-such"], "--template"), (["--orderings", "random:0"], "at least 1"),
+                         (["--orderings", "fixed:0"], "at least 1"), (["--token-budget", "0"], "--token-budget"),
+                         (["--out", str(texts / "t.npz")], "cannot write")]:
+        capsys.readouterr()
+        assert main(base + (extra if extra[0] == "--out" else extra + out)) == 2, extra
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, (extra, err)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    t0 = time.time()
+    assert main(base + out) == 2
+    err = capsys.readouterr().err
+    assert "no-org/no-such-model" in err and "HF_HUB_OFFLINE" in err and time.time() - t0 < 10
+    assert not list(tmp_path.glob("t.npz*"))

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from logitjudge import orderings
-from logitjudge.engine import Engine, Job, plain_prompt_logprobs, prompt_job
+from logitjudge.engine import Engine, Job, distribution, plain_prompt_logprobs, prompt_job
 from logitjudge.forward import PrefixKV
 from logitjudge.items import Item
 from logitjudge.prompts import Template, builtin_template
+from logitjudge.requests import item_prompts
 from logitjudge.rubric import Criterion, Rubric, ScoreOption, likert
-from logitjudge.scoring import distribution, item_prompts, score
+from logitjudge.scoring import score
 from logitjudge.trie import build, count_tokens
 
 PROB_ATOL = 1e-5

@@ -10,8 +10,9 @@ import pytest
 from logitjudge import orderings
 from logitjudge.items import Item, ItemError, read_items
 from logitjudge.prompts import PromptError, Template, builtin_template, encode_prompt
+from logitjudge.requests import item_prompts
 from logitjudge.rubric import Criterion, Rubric, RubricError, ScoreOption, builtin_rubric, likert
-from logitjudge.scoring import item_prompts, score
+from logitjudge.scoring import score
 from logitjudge.table import ScoreTable, TableError
 
 
@@ -182,12 +183,13 @@ def test_criterion_options_value_order():
 
 def test_builtin_templates_put_the_answer_on_its_own_line(tiny_lm):
     """TOML drops a newline right after an opening triple quote: the answer prefix must keep its own."""
-    from logitjudge.scoring import render_prompt
+    from logitjudge.requests import Request, render
 
     r = builtin_rubric("default")
     for name, tail in [("text-first", "best.\nQuality score: "), ("rubric-first", "best.\nQuality score: "),
                        ("bracketed", '"Rating: [[label]]".\nRating: [[')]:
-        prompt = render_prompt(builtin_template(name), tiny_lm.tokenizer, r, Item("a", "A text."), 0, range(5))
+        req = Request(Item("a", "A text."), tuple(range(5)), (0,))
+        prompt = render(builtin_template(name), tiny_lm.tokenizer, r, req)
         assert prompt.endswith(tail), (name, prompt[-60:])
     assert builtin_template("multi-criteria").answer_prefix == "\nAnswers:\n"
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from logitjudge import orderings
-from logitjudge.engine import Engine, plain_prompt_logprobs
+from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
 from logitjudge.items import Item
-from logitjudge.multi import MultiCriteriaError, encode_slot, marginal_cost, score_multi
+from logitjudge.multi import MultiCriteriaError, marginal_cost, score_multi
 from logitjudge.prompts import builtin_template
+from logitjudge.requests import encode, slot_request
 from logitjudge.rubric import Criterion, Rubric, ScoreOption
-from logitjudge.scoring import distribution
 
 TEXT = "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly."
 
@@ -32,7 +32,7 @@ def crossed_orders():
 
 
 def plain_slot(lm, tpl, rub, item, oo, co, answers):
-    ep = encode_slot(lm, tpl, rub, item, oo, co, answers)
+    ep = encode(lm, tpl, rub, slot_request(item, oo, co, answers))
     return distribution(plain_prompt_logprobs(lm.model, [ep])[0])[0]
 
 

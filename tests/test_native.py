@@ -46,7 +46,7 @@ def test_native_matches_transformers_forward_and_cache(row_kernels):
     ids = _ids(lm, 40)  # past the 24-token sliding window
     ref = model.get_decoder()(input_ids=ids, use_cache=True)
     native = NativeGemma3(model)
-    hidden, captured = native(model, ids, PrefixKV.empty(4), capture=True)
+    hidden, captured = native(ids, PrefixKV.empty(4), capture=True)
     assert hidden.shape == ref.last_hidden_state.shape
     assert (hidden - ref.last_hidden_state).abs().max().item() < 1e-4
     for (k, v), layer in zip(captured, ref.cache.layers):
@@ -57,7 +57,7 @@ def test_native_matches_transformers_forward_and_cache(row_kernels):
     prefix = PrefixKV([k[0, :, :30] for k, _ in captured], [v[0, :, :30] for _, v in captured], 30)
     rows = torch.cat([ids[:, 30:], _ids(lm, 10, seed=1)])  # (2, 10)
     rows_sel, offs = torch.tensor([0, 1, 1]), torch.tensor([9, 0, 6])
-    got, _ = native(model, rows, prefix, capture=False, select=(rows_sel, offs))
+    got, _ = native(rows, prefix, capture=False, select=(rows_sel, offs))
     for r, (row, off) in enumerate(zip(rows_sel.tolist(), offs.tolist())):
         full = torch.cat([ids[:, :30], rows[row:row + 1, :off + 1]], dim=1)
         want = model.get_decoder()(input_ids=full).last_hidden_state[0, -1]
@@ -96,8 +96,8 @@ def test_packing_decision_and_packed_bf16_matches_unpacked():
     if not auto.packed:
         pytest.skip("no bf16 GEMMs here: bf16 weights are not packed")
     ids = _ids(lm, 30)
-    packed, _ = auto(model, ids, PrefixKV.empty(4), capture=False)
-    plain, _ = NativeGemma3(model, pack=False)(model, ids, PrefixKV.empty(4), capture=False)
+    packed, _ = auto(ids, PrefixKV.empty(4), capture=False)
+    plain, _ = NativeGemma3(model, pack=False)(ids, PrefixKV.empty(4), capture=False)
     assert packed.dtype == plain.dtype == torch.bfloat16
     rel = ((packed.float() - plain.float()).norm() / plain.float().norm()).item()
     assert rel < 2e-2, rel
@@ -166,8 +166,8 @@ def test_levels_run_as_one_batch_each_across_parents():
     from logitjudge.engine import prompt_job
     from logitjudge.items import Item
     from logitjudge.prompts import Template
+    from logitjudge.requests import item_prompts
     from logitjudge.rubric import builtin_rubric
-    from logitjudge.scoring import item_prompts
     from logitjudge.trie import build, count_tokens
 
     lm = fresh_tiny_lm()

@@ -1,0 +1,279 @@
+"""One spec: frozen dataclasses that describe a run; the TOML spec, the CLI flags and the Python API are built
+from them.
+
+Each setting is one dataclass field whose metadata holds its help text, its choices or kind, its minimum and
+(optionally) its command-line flag: :func:`from_dict` checks a TOML table against the fields (unknown keys with a
+suggestion, types, choices, minimums: one line naming the key and the fix), :func:`add_flags` adds the flags of a
+section to an argparse parser with the same choices, defaults and help, and :func:`from_flags` builds a spec from
+parsed flags. Adding a setting is adding one field here (``opt(default, help, choices=..., minimum=...)``); a new
+section is a frozen dataclass of such fields, an entry in :data:`SECTIONS` and a field of :class:`Spec`, and its
+flags come with ``add_flags(parser, TheSection, dest_prefix="section.")`` in ``cli.py``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+
+class SpecError(ValueError):
+    """A spec that cannot be run; the message names the key (or flag) and the fix."""
+
+
+def opt(default, help: str, *, kind: str | None = None, choices=None, minimum=None, example=None,
+        flag: str | None = None, cli: bool = True):
+    """A spec field. ``kind``: str, int, bool, strs (list of str), groups, table (default: from the default's
+    type); ``flag``: the command-line flag (default ``--field-name``); ``cli``: whether it has a flag at all."""
+    if kind is None:
+        kind = "choice" if choices else {bool: "bool", int: "int", str: "str", dict: "table"}[type(default)]
+    meta = {"help": help, "kind": "choice" if choices else kind, "choices": tuple(choices or ()), "minimum": minimum,
+            "example": example, "flag": flag, "cli": cli}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    id: str = opt("gemma-3-270m", "HF model id, local folder, or gemma-3-270m (built-in)", flag="--model")
+    dtype: str = opt("fp32", "weights and activations (the read-out is always fp32)", choices=("fp32", "bf16", "fp16"))
+    device: str = opt("cpu", "cpu, cuda, cuda:N or auto (accelerate device_map)")
+    token_budget: int = opt(4096, "rows x padded tokens per forward batch", minimum=1)
+    prefix_mode: str = opt("auto", "auto: the native Gemma-3 step function where supported, else shared",
+                           choices=("auto", "native", "shared", "copy"))
+    threads: int | None = opt(None, "torch CPU threads; unset: $OMP_NUM_THREADS if set, else the CPUs this "
+                              "process may run on", kind="int", minimum=1,
+                              example="2")
+    quantize: str | None = opt(None, "bitsandbytes quantization, CUDA only", choices=("4bit", "8bit"),
+                               example='"4bit"')
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    name: str | None = opt(None, "a data set: hanna, summeval, mt_bench, vicuna_bench", kind="str", example='"hanna"',
+                             cli=False)
+    texts: str | None = opt(None, "JSONL with id, text and optional context, group", kind="str",
+                              example='"texts.jsonl"')
+    rubric: str | None = opt(None, "rubric .toml/.json file or built-in name; unset: the data set's, else "
+                             "'default'", kind="str", example='"default"')
+    limit: int | None = opt(None, "whole groups up to this many items", kind="int", minimum=1, example="22",
+                            cli=False)
+    groups: object = opt(None, "a number of groups drawn with the seed, or a list of group ids", kind="groups",
+                         example='2 or ["0", "1"]', cli=False)
+    per_group: int | None = opt(None, "keep the first N items of each chosen group", kind="int", minimum=1,
+                                example="5", cli=False)
+    seed: int = opt(0, "seed of the group draw", cli=False)
+    criteria: list | None = opt(None, "comma-separated subset of the rubric's criteria", kind="strs",
+                                example='["Coherence", "Empathy"]')
+    options: dict = opt({}, "data set loader options", example='{ models = ["gpt-4"] }', cli=False)
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    template: str | None = opt(None, "built-in template name or .toml file; unset: text-first, or multi-criteria "
+                               "with --multi-criteria", kind="str", example='"text-first"')
+    multi_criteria: bool = opt(False, "all criteria in one prompt, answered slot by slot")
+    slots: str = opt("greedy", "multi-criteria: earlier slots hold their most probable label (greedy) or are "
+                     "summed over exactly (marginal)", choices=("greedy", "marginal"))
+    max_continuations: int = opt(20000, "marginal-mode budget of label continuations per prompt", minimum=1)
+
+
+@dataclass(frozen=True)
+class OrderingSpec:
+    options: str = opt("balanced", "option orders: balanced | random:K | fixed:K", flag="--orderings")
+    criteria: str = opt("balanced", "criteria orders (multi-criteria; crossed with every option order): balanced "
+                        "| random:K | fixed:K", flag="--criteria-orderings")
+    seed: int = opt(0, "seed of random orders (criteria orders use seed + 1)", flag="--seed")
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    n_boot: int = opt(1000, "bootstrap resamples for confidence intervals", minimum=0)
+    method: str = opt("pearson", "correlation with human scores", choices=("pearson", "spearman", "kendall"))
+    seed: int = opt(0, "seed of the bootstrap and of sampled readings", flag="--seed")
+    n_draws: int = opt(100, "draws of the sampled reading", minimum=1)
+
+
+SECTIONS = {"model": ModelSpec, "data": DataSpec, "prompts": PromptSpec, "orderings": OrderingSpec,
+            "analysis": AnalysisSpec}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A whole run: what to score and how (sections) and where the result goes (``out``: a report folder for
+    ``logitjudge run``, the table for ``logitjudge score``)."""
+
+    name: str | None = opt(None, "name of the run", kind="str", example='"hanna-small"', cli=False)
+    out: str | None = opt(None, "output: report folder (run) or table .npz (score)", kind="str",
+                          example='"reports/hanna-small"')
+    description: str = opt("", "what this run is for", cli=False)
+    dump_prompts: str | None = opt(None, "write every prompt and continuation to this JSONL", kind="str")
+    model: ModelSpec = field(default_factory=ModelSpec)
+    data: DataSpec = field(default_factory=DataSpec)
+    prompts: PromptSpec = field(default_factory=PromptSpec)
+    orderings: OrderingSpec = field(default_factory=OrderingSpec)
+    analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
+    base: str | None = None  # the spec file's folder: relative paths in the spec are looked up there first
+    from_flags: bool = False  # built from command-line flags: errors name the flag, not the TOML key
+
+    def where(self, section: str, key: str) -> str:
+        """How an error names a setting: its flag (from flags) or its TOML key."""
+        if self.from_flags:
+            f = _field(SECTIONS[section] if section else Spec, key)
+            return flag_of(f)
+        return f"spec [{section}] {key}" if section else f"spec {key}"
+
+    def to_dict(self) -> dict:
+        """The TOML form: sections as tables, unset values left out."""
+        out = {}
+        for f in fields(self):
+            if f.name in ("base", "from_flags"):
+                continue
+            v = getattr(self, f.name)
+            if f.name in SECTIONS:
+                v = {k: x for k, x in asdict(v).items() if x is not None and x != {}}
+            if v is not None:
+                out[f.name] = v
+        return out
+
+
+def _field(cls, name: str):
+    return next(f for f in fields(cls) if f.name == name)
+
+
+def flag_of(f) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _suggest(key: str, known) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_value(f, value, where: str, *, flag: bool = False):
+    """``value`` checked against the field's kind, choices and minimum (one line naming ``where`` and the fix)."""
+    m = f.metadata
+    kind, example = m["kind"], m["example"]
+    if example is None:
+        example = str(f.default).lower() if isinstance(f.default, bool) else repr(f.default).replace("'", '"')
+    fix = f"use e.g. {flag_of(f)} {example.strip(chr(34))}" if flag else f"write e.g. {f.name} = {example}"
+
+    def bad(what: str):
+        return SpecError(f"{where}: expected {what}, got {value!r} ({type(value).__name__}); {fix}")
+
+    if kind == "str":
+        if not isinstance(value, str) or not value.strip():
+            raise bad("a non-empty string")
+    elif kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+        if m["minimum"] is not None and value < m["minimum"]:
+            raise SpecError(f"{where}: must be at least {m['minimum']}, got {value}; {fix}")
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+    elif kind == "strs":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise bad("a non-empty list of strings")
+    elif kind == "groups":
+        if isinstance(value, bool) or not (
+                (isinstance(value, int) and value >= 1)
+                or (isinstance(value, list) and value and all(isinstance(v, (str, int)) for v in value))):
+            raise bad("a positive number of groups or a list of group ids")
+        if isinstance(value, list):
+            value = [str(v) for v in value]
+    elif kind == "table":
+        if not isinstance(value, dict):
+            raise bad("a table")
+    elif value not in m["choices"]:
+        raise SpecError(f"{where}: {value!r} is not one of {list(m['choices'])}; {fix}")
+    return value
+
+
+def _section(cls, given: dict, section: str):
+    known = [f.name for f in fields(cls)]
+    for key in given:
+        if key not in known:
+            raise SpecError(f"spec [{section}]: unknown key {key!r}{_suggest(key, known)}; known keys: {known}")
+    return cls(**{f.name: check_value(f, given[f.name], f"spec [{section}] {f.name}") for f in fields(cls)
+                  if given.get(f.name) is not None})
+
+
+def from_dict(raw: dict, *, base: str | None = None) -> Spec:
+    """A validated spec from a TOML table (every default filled in)."""
+    top = [f.name for f in fields(Spec) if f.name not in SECTIONS and f.name not in ("base", "from_flags")]
+    kwargs: dict = {}
+    for key, value in raw.items():
+        if key == "_base":
+            base = value
+        elif key in SECTIONS:
+            if not isinstance(value, dict):
+                raise SpecError(f"spec [{key}] must be a table (a [{key}] section), got {value!r}")
+            kwargs[key] = _section(SECTIONS[key], value, key)
+        elif key in top:
+            if value is not None:
+                kwargs[key] = check_value(_field(Spec, key), value, f"spec {key}")
+        else:
+            raise SpecError(f"spec: unknown key {key!r}{_suggest(key, top + list(SECTIONS))}; top-level keys are "
+                            f"{top} and the sections are {list(SECTIONS)}")
+    spec = Spec(**kwargs, base=base)
+    if not spec.name:
+        raise SpecError('spec: missing key name; write e.g. name = "hanna-small" at the top of the spec')
+    if (spec.data.name is None) == (spec.data.texts is None):
+        raise SpecError("spec [data]: give exactly one of name (a data set: hanna, summeval, mt_bench, "
+                        'vicuna_bench) or texts (a JSONL file of items), e.g. name = "hanna"')
+    if spec.out is None:
+        spec = replace(spec, out=f"reports/{spec.name}")
+    return spec
+
+
+# ---- command-line flags ------------------------------------------------------------------------------------
+def add_flags(parser, cls, *, only=None, required=(), dest_prefix: str = "") -> None:
+    """The flags of a spec section (choices, defaults and help from the fields). ``only``: field names to add."""
+    for f in fields(cls):
+        m = f.metadata
+        if not m.get("cli") or (only is not None and f.name not in only):
+            continue
+        kw: dict = {"dest": dest_prefix + f.name, "help": m["help"]}
+        if m["kind"] != "bool" and not m["choices"]:
+            kw["metavar"] = f.name.upper()
+        if m["kind"] == "bool":
+            kw["action"] = "store_true"
+        else:
+            kw["default"] = None if f.default is MISSING else f.default
+            if m["choices"]:
+                kw["choices"] = list(m["choices"])
+            if m["kind"] == "int":
+                kw["type"] = int
+        if f.name in required:
+            kw["required"] = True
+            kw.pop("default", None)
+        parser.add_argument(flag_of(f), **kw)
+
+
+def from_flags(args, *, name: str = "score") -> Spec:
+    """The spec of parsed flags (those :func:`add_flags` added, ``dest_prefix`` = section + '.')."""
+    d = vars(args)
+    sections = {}
+    for key, cls in SECTIONS.items():
+        given = {}
+        for f in fields(cls):
+            v = d.get(f"{key}.{f.name}")
+            if v is None:
+                continue
+            if f.metadata["kind"] == "strs" and isinstance(v, str):
+                v = [x.strip() for x in v.split(",") if x.strip()]
+            given[f.name] = check_value(f, v, flag_of(f), flag=True)
+        sections[key] = cls(**given)
+    top = {f.name: check_value(f, d[f.name], flag_of(f), flag=True) for f in fields(Spec)
+           if f.metadata.get("cli") and d.get(f.name) is not None}
+    return Spec(name=name, **top, **sections, from_flags=True)
+
+
+def relative(value: str, base: str | None) -> str:
+    """A path relative to the spec file's folder when it exists there, else as given."""
+    p = Path(value).expanduser()
+    if not p.is_absolute() and base is not None and (Path(base) / p).exists():
+        return str(Path(base) / p)
+    return str(p)

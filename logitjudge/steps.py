@@ -1,0 +1,160 @@
+"""The scoring steps a :class:`logitjudge.run.Run` drives: one per batch of items (single-criterion) and one per
+item (several criteria in one prompt).
+
+Single-criterion: every (criterion, ordering) of an item is one prompt; an item's prompts form one token trie, and
+the items of a batch run through the engine together. Batches are formed within fixed windows of the item list,
+from the prompts' lengths alone, so an interrupted run that resumes forms exactly the batches it would have formed.
+
+Several criteria in one prompt: the judge answers one line per criterion, in the listed order (``Coherence: 4``
+newline ``Empathy: 3``); each line's prefix is forced. Slot j's distribution depends on the answers written before
+it:
+
+* ``greedy``: earlier slots hold their most probable label (teacher forcing). Each slot is one extra pass over
+  the short answer text on top of the cached prompt (the cache is cut back to the tokens the new context shares
+  with it, so tokenizers that merge across the answer boundary stay exact).
+* ``marginal``: the exact marginal of each slot, summing over every answer to earlier slots weighted by its
+  probability (renormalised over the labels). All contexts form one token trie, so every common part is computed
+  once, but their number grows as n^j for slot j: above ``max_continuations`` label continuations per prompt the
+  run is refused. Use it for few criteria and options (e.g. 3 x 3, 4 x 5); use greedy for HANNA-sized rubrics.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .engine import Engine, Job, continuation_logprobs, distribution, label_reads
+from .prompts import EncodedPrompt
+from .requests import encode, slot_request
+
+SLOT_MODES = ("greedy", "marginal")
+
+WINDOW = 64  # items encoded at once: huge data sets never hold every prompt in memory
+
+
+def plan_batches(prompts: list[list[EncodedPrompt]], budget: int) -> list[list[int]]:
+    """Positions in ``prompts`` grouped so a batch's top-level tokens stay near the budget; longest first."""
+    lengths = [max(len(p.prompt_ids) for p in g) for g in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: -lengths[i])  # stable: ties keep the item order
+    out, cur, tot = [], [], 0
+    for i in order:
+        if cur and tot + lengths[i] > budget:
+            out.append(cur)
+            cur, tot = [], 0
+        cur.append(i)
+        tot += lengths[i]
+    if cur:
+        out.append(cur)
+    return out
+
+
+def score_batch(engine: Engine, prompts: list[list[EncodedPrompt]], n_criteria: int) -> list[tuple]:
+    """(probs[C, K, n], mass[C, K]) of each item of a batch from its criterion-major prompts (c * K + k)."""
+    out = []
+    for item_lps in engine.prompt_logprobs(prompts):
+        K = len(item_lps) // n_criteria
+        dists = [distribution(lp) for lp in item_lps]
+        probs = np.stack([p for p, _ in dists]).reshape(n_criteria, K, -1)  # (C, K, n)
+        mass = np.array([m for _, m in dists]).reshape(n_criteria, K)  # (C, K)
+        out.append((probs, mass))
+    return out
+
+
+class MultiCriteriaError(ValueError):
+    pass
+
+
+def check_slots(slots: str, n_options: int, n_criteria: int, max_continuations: int) -> None:
+    """Refuse an unknown slot mode, or marginal mode past its continuation budget, before any model work."""
+    if slots not in SLOT_MODES:
+        raise MultiCriteriaError(f"unknown slot mode {slots!r}; use greedy or marginal")
+    if slots == "marginal" and marginal_cost(n_options, n_criteria) > max_continuations:
+        raise MultiCriteriaError(
+            f"marginal mode needs {marginal_cost(n_options, n_criteria):,} label continuations per prompt for "
+            f"{n_criteria} criteria x {n_options} options (n * sum n^j), above the budget of "
+            f"{max_continuations:,}; use --slots greedy, fewer criteria per prompt, or raise --max-continuations")
+
+
+def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders):
+    """(probs[C, K, n], mass[C, K]) of one item, earlier slots holding their most probable label."""
+    K, C, n = len(option_orders), rubric.n_criteria, rubric.n_options
+    probs, mass = np.zeros((C, K, n)), np.zeros((C, K))
+    answers: list[list[str]] = [[] for _ in range(K)]
+    cached: list = [None] * K  # (token ids, PrefixKV) of each ordering's context so far
+    for j in range(C):
+        reqs = [slot_request(item, option_orders[k], criterion_orders[k], answers[k], k) for k in range(K)]
+        eps = [encode(lm, template, rubric, req) for req in reqs]
+        if j == 0:  # one trie over all orderings: the text is shared by all of them
+            seqs, reads, ends = [], [], []
+            for k, ep in enumerate(eps):
+                s, r = label_reads(ep, k)
+                seqs += s + [list(ep.prompt_ids)]
+                reads += r + [[]]
+                ends += [None] * len(s) + [("ctx", k)]
+            res = engine.run([Job(seqs, reads, keep=ends)])
+            results = [res[0]] * K
+        else:
+            jobs = []
+            for k, ep in enumerate(eps):
+                toks, pkv = cached[k]
+                m = _common_prefix(toks, ep.prompt_ids, limit=len(ep.prompt_ids) - 1)
+                s, r = label_reads(ep, k, m)
+                jobs.append(Job(s + [list(ep.prompt_ids[m:])], r + [[]], prefix=pkv.truncate(m),
+                                keep=[None] * len(s) + [("ctx", k)]))
+            results = engine.run(jobs)
+        for k, ep in enumerate(eps):
+            c = criterion_orders[k][j]
+            p, m_ = distribution(continuation_logprobs(results[k].logprobs, ep, k))
+            probs[c, k], mass[c, k] = p, m_
+            answers[k].append(rubric.criteria[c].options[int(np.argmax(p))].label)
+            cached[k] = (list(ep.prompt_ids), results[k].caches[("ctx", k)])
+    return probs, mass
+
+
+def _common_prefix(a, b, *, limit: int) -> int:
+    m = 0
+    for x, y in zip(a, b):
+        if x != y or m >= limit:
+            break
+        m += 1
+    return m
+
+
+def marginal_cost(n_options: int, n_criteria: int) -> int:
+    """Label continuations per prompt in marginal mode: n * sum_j n^j."""
+    return n_options * sum(n_options ** j for j in range(n_criteria))
+
+
+def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders):
+    """(probs[C, K, n], mass[C, K]) of one item, each slot's exact marginal over the earlier answers."""
+    K, C, n = len(option_orders), rubric.n_criteria, rubric.n_options
+    seqs, reads, eps = [], [], {}
+    for k in range(K):
+        for j in range(C):
+            for path in itertools.product(range(n), repeat=j):
+                labels = [rubric.criteria[criterion_orders[k][i]].options[a].label for i, a in enumerate(path)]
+                req = slot_request(item, option_orders[k], criterion_orders[k], labels, k)
+                ep = encode(lm, template, rubric, req)
+                eps[(k, path)] = ep
+                s, r = label_reads(ep, (k, path))
+                seqs += s
+                reads += r
+    lps = engine.run([Job(seqs, reads)])[0].logprobs
+    probs, mass = np.zeros((C, K, n)), np.zeros((C, K))
+    for k in range(K):
+        weight = {(): 1.0}  # P(path) under the renormalised slot distributions
+        for j in range(C):
+            c = criterion_orders[k][j]
+            nxt = {}
+            for path, w in weight.items():
+                p, m_ = distribution(continuation_logprobs(lps, eps[(k, path)], (k, path)))
+                probs[c, k] += w * p
+                mass[c, k] += w * m_
+                for a in range(n):
+                    nxt[path + (a,)] = w * p[a]
+            weight = nxt
+    return probs, mass
+
+
+SLOT_FUNCTIONS = {"greedy": greedy_item, "marginal": marginal_item}
