@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 
 from .engine import EngineError
 from .models import ModelError
@@ -145,8 +147,23 @@ def cmd_demo(args) -> int:
 COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo}
 
 
+def _on_sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM (a scheduler's kill, `timeout`) takes the Ctrl-C path: finished items are saved, exit 130
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    try:
+        return _main(args)
+    finally:
+        if main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args) -> int:
     try:
         return COMMANDS[args.cmd](args)
     except KeyboardInterrupt:

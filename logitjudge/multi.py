@@ -21,12 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .checkpoint import Checkpoint
 from .engine import Engine, Job
 from .items import Item
 from .orderings import validate
 from .prompts import EncodedPrompt, Template, encode_prompt, load_template, wrap_chat
 from .rubric import Rubric
-from .scoring import Checkpoint, _progress, distribution, finish_run, run_fingerprint, run_meta, table_from_records
+from .scoring import _progress, distribution, finish_run, run_fingerprint, run_meta, table_from_records
 from .table import ScoreTable
 
 SLOT_MODES = ("greedy", "marginal")
@@ -178,12 +179,16 @@ def score_multi(lm, items: list[Item], rubric: Rubric, option_orders, criterion_
     fn = _greedy_item if slots == "greedy" else _marginal_item
     t0 = time.perf_counter()
     bar = _progress(len(items), sum(it.id in ckpt.done for it in items), progress)
-    for it in items:
-        if it.id in ckpt.done:
-            continue
-        probs, mass = fn(engine, lm, template, rubric, it, option_orders, criterion_orders)
-        ckpt.add(it.id, probs, mass)
-        bar.update(1)
+    try:
+        for it in items:
+            if it.id in ckpt.done:
+                continue
+            probs, mass = fn(engine, lm, template, rubric, it, option_orders, criterion_orders)
+            ckpt.add(it.id, probs, mass)
+            bar.update(1)
+    except BaseException:
+        ckpt.close()  # keep the finished items for a resume; release the lock
+        raise
     bar.close()
     table = table_from_records(ckpt.done, items, rubric, option_orders, criterion_orders,
                                run_meta(lm, rubric, template, engine, time.perf_counter() - t0,

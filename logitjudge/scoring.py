@@ -1,15 +1,15 @@
 """Score items under a rubric and a set of orderings into a ScoreTable; resumable after an interruption.
 
-Finished items are appended, one JSON line each and flushed, to ``<out>.partial.jsonl``; a run started again with
-the same ``--out`` and the same settings skips them. JSON floats round-trip exactly, so a resumed table equals
-an uninterrupted one.
+Finished batches are appended as self-checking records to ``<out>.partial.jsonl`` (:mod:`logitjudge.checkpoint`);
+a run started again with the same ``--out`` and the same settings skips them. Batches are planned from the whole
+item list (fixed windows), so a resumed run computes every item in the same batch as an uninterrupted one and the
+tables are equal bit for bit.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from . import distributed
-from .engine import Engine
+from .checkpoint import Checkpoint
+from .engine import Engine, EngineError, NonFiniteError
 from .items import Item
 from .orderings import fixed, validate
 from .prompts import EncodedPrompt, PromptError, Template, encode_prompt, load_template, wrap_chat
@@ -70,43 +71,42 @@ def run_fingerprint(lm, rubric: Rubric, items: list[Item], option_orders, templa
     return h.hexdigest()[:16]
 
 
-class Checkpoint:
-    """Append-only record of finished items for one run (identified by its fingerprint)."""
+PLAN_WINDOW = 64  # items encoded at once; batches never cross a window
 
-    def __init__(self, out: str | Path | None, fingerprint: str, *, tag: str = ""):
-        self.path = None if out is None else Path(f"{out}{tag}.partial.jsonl")
-        self.fingerprint = fingerprint
-        self.done: dict[str, dict] = {}
-        if self.path is None:
-            return
-        if self.path.exists():
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-            head = json.loads(lines[0]) if lines else {}
-            if head.get("fingerprint") != fingerprint:
-                raise ValueError(f"{self.path} holds a run with other settings (model, rubric, orderings, "
-                                   "template or texts); delete it or choose another --out")
-            for line in lines[1:]:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break  # a line cut by the interruption: that item is scored again
-                self.done[rec["id"]] = rec
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps({"fingerprint": fingerprint}) + "\n", encoding="utf-8")
 
-    def add(self, item_id: str, probs, mass) -> None:
-        rec = {"id": item_id, "probs": np.asarray(probs).tolist(), "label_mass": np.asarray(mass).tolist()}
-        self.done[item_id] = rec
-        if self.path is not None:
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(rec) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+def batch_plan(lm, rubric: Rubric, items: list[Item], indices: list[int], option_orders, template: Template,
+               budget: int, done=()):
+    """Batches ``[(item index, prompts), ...]`` fixed by the whole item list, the same in a resumed run: windows
+    of PLAN_WINDOW consecutive items, grouped inside a window by prompt length (``_batches``). Prompts are
+    encoded one window at a time so that huge data sets do not hold every prompt in memory."""
+    for start in range(0, len(indices), PLAN_WINDOW):
+        window = indices[start:start + PLAN_WINDOW]
+        if all(items[i].id in done for i in window):
+            continue
+        prompts = {i: item_prompts(lm, rubric, items[i], option_orders, template) for i in window}
+        for batch in _batches(prompts, budget):
+            yield [(i, prompts[i]) for i in batch]
 
-    def finish(self) -> None:
-        if self.path is not None and self.path.exists():
-            self.path.unlink()
+
+def item_distributions(item_lps, C: int, K: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """probs (C, K, n) and label mass (C, K) of one item from its prompts' label log-probabilities."""
+    probs = np.zeros((C, K, n))
+    mass = np.zeros((C, K))
+    for p, lp in enumerate(item_lps):
+        probs[p // K, p % K], mass[p // K, p % K] = distribution(lp)
+    return probs, mass
+
+
+def _logprobs(engine: Engine, groups, ids: list[str], rubric: Rubric, K: int):
+    """The engine's log-probabilities; non-finite logits are reported with the item, criterion and ordering."""
+    try:
+        return engine.prompt_logprobs(groups)
+    except NonFiniteError as e:
+        c, k = divmod(e.key[0], K)
+        raise EngineError(f"the model returned non-finite logits ({e.value}) for item {ids[e.job]!r}, criterion "
+                          f"{rubric.criteria[c].name!r}, ordering {k}; nothing was written for it. Check the "
+                          "model's weights, or run in fp32 (--dtype fp32) if it overflows in half precision"
+                          ) from None
 
 
 def _batches(prompts: dict, budget: int) -> list[list[int]]:
@@ -146,25 +146,22 @@ def score(lm, items: list[Item], rubric: Rubric, option_orders=None, *, template
     fp = run_fingerprint(lm, rubric, items, option_orders, template, {"mode": "single"})
     ckpt = Checkpoint(out, fp, tag=f".rank{world.rank}" if world.active else "")
     K, C = len(option_orders), rubric.n_criteria
-    todo = [i for i, it in enumerate(items) if world.owns(i) and it.id not in ckpt.done]
+    mine = [i for i in range(len(items)) if world.owns(i)]
     t0 = time.perf_counter()
-    mine = sum(world.owns(i) for i in range(len(items)))
-    bar = _progress(mine, mine - len(todo), progress and world.rank == 0)
-    pending = list(todo)
-    while pending:
-        # encode lazily in windows so that huge data sets do not hold every prompt in memory
-        window = pending[:64]
-        pending = pending[64:]
-        prompts = {i: item_prompts(lm, rubric, items[i], option_orders, template) for i in window}
-        for batch in _batches(prompts, engine.token_budget):
-            lps = engine.prompt_logprobs([prompts[i] for i in batch])
-            for i, item_lps in zip(batch, lps):
-                probs = np.zeros((C, K, n))
-                mass = np.zeros((C, K))
-                for p, lp in enumerate(item_lps):
-                    probs[p // K, p % K], mass[p // K, p % K] = distribution(lp)
-                ckpt.add(items[i].id, probs, mass)
-                bar.update(1)
+    bar = _progress(len(mine), sum(items[i].id in ckpt.done for i in mine), progress and world.rank == 0)
+    try:
+        for batch in batch_plan(lm, rubric, items, mine, option_orders, template, engine.token_budget,
+                                ckpt.done):
+            todo = [i for i, _ in batch if items[i].id not in ckpt.done]
+            if not todo:
+                continue
+            prompts = dict(batch)
+            lps = _logprobs(engine, [prompts[i] for i in todo], [items[i].id for i in todo], rubric, K)
+            ckpt.add_batch({items[i].id: item_distributions(lp, C, K, n) for i, lp in zip(todo, lps)})
+            bar.update(len(todo))
+    except BaseException:
+        ckpt.close()  # keep the finished batches for a resume; release the lock
+        raise
     bar.close()
     elapsed = time.perf_counter() - t0
     done = distributed.gather_records(ckpt.done, world)
@@ -190,9 +187,18 @@ def finish_run(table: ScoreTable, out, ckpt: Checkpoint, world=None) -> None:
     if out is None:
         return
     world = world or distributed.World()
-    if world.rank == 0:
-        table.save(out)
-    distributed.barrier(world)
+    try:
+        if world.rank == 0:
+            try:
+                table.save(out)
+            except OSError as e:
+                raise OSError(e.errno, f"{e.strerror}; the finished items are kept in {ckpt.path}: free space "
+                                       "and run the same command again to save the table without scoring again"
+                              ) from None
+        distributed.barrier(world)
+    except BaseException:
+        ckpt.close()
+        raise
     ckpt.finish()
 
 

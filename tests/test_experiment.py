@@ -10,9 +10,9 @@ import torch
 from conftest import fresh_tiny_lm, shared_data_dir
 
 from logitjudge import demo as demo_mod
+from logitjudge.checkpoint import Checkpoint, scan
 from logitjudge.experiment import SpecError, load_spec, prepare, run_experiment
 from logitjudge.items import read_items
-from logitjudge.scoring import Checkpoint
 from logitjudge.table import ScoreTable
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -173,23 +173,24 @@ def test_interrupted_run_resumes_with_the_same_numbers(first, root, monkeypatch)
     res, _ = first
     out = root / "run3"
     spec = write_spec(root, out, file="spec3.toml")
-    real = Checkpoint.add
+    real = Checkpoint.add_batch
 
     class Stop(RuntimeError):
         pass
 
-    def add_then_stop(self, item_id, probs, mass):
-        real(self, item_id, probs, mass)
-        if len(self.done) == 2:
+    def add_then_stop(self, results):
+        real(self, results)
+        if len(self.done) >= 2:
             raise Stop("simulated interruption after the second finished item")
 
-    monkeypatch.setattr(Checkpoint, "add", add_then_stop)
+    monkeypatch.setattr(Checkpoint, "add_batch", add_then_stop)
     with pytest.raises(Stop):
         run_experiment(spec, progress=False)
     partial = out / "table.npz.partial.jsonl"
     assert partial.exists() and not (out / "table.npz").exists()
-    assert len(partial.read_text().splitlines()) == 3  # the run's header + the 2 finished items
-    monkeypatch.setattr(Checkpoint, "add", real)
+    saved = sum(len(rec["items"]) for rec in scan(partial)[1])
+    assert saved == 6  # all 6 items form one batch (token budget 4096): one record, kept whole
+    monkeypatch.setattr(Checkpoint, "add_batch", real)
     resumed = run_experiment(spec, progress=False)
     assert not partial.exists() and (out / "table.npz").exists()
     assert resumed["verdict"] == res["verdict"]
