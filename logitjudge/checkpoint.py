@@ -244,4 +244,5 @@ class Checkpoint:
         self.close()
 
     def __del__(self):
-        self.close()
+        if getattr(self, "_lock", None) is not None:
+            self.close()
