@@ -27,7 +27,7 @@ class Item:
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise ItemError(f"item {self.id!r}: {name!r} must be a string, got {type(value).__name__} "
-                                f"({value!r:.40}); give the {name} as text")
+                                f"({value!r:.40}); pass a str")
 
     def to_json(self) -> dict:
         d = {"id": self.id, "text": self.text}
