@@ -1,9 +1,20 @@
-"""The checkpoint of a run: finished batches, one atomic record each, in ``<out><tag>.partial.jsonl``.
+"""Crash-safe checkpoints: finished items of a run, appended to ``<out>.partial.jsonl`` in self-checking records.
 
-The first line names the run (its fingerprint); each later line holds every item of one batch, so a batch is
-either wholly saved or scored again, and a resumed run forms exactly the batches of an uninterrupted one. JSON
-floats round-trip exactly, so a resumed table equals an uninterrupted one bit for bit. The file is created with
-the first finished batch: a run that fails before finishing anything leaves nothing behind.
+Each line is one JSON object whose framing carries the item count, the payload's byte length and its CRC-32:
+
+    {"lj":2,"items":3,"bytes":812,"crc32":"1a2b3c4d","data":{"items":[[id, probs, label_mass], ...]}}
+
+The payload is checked byte for byte against the length and checksum, so a record cut by a kill (the torn tail) is
+recognised, reported with the number of items it costs and truncated before the run appends; a damaged record in
+the middle is skipped and reported and every good record after it is kept. The first record (``items`` 0) holds
+the run's fingerprint; it is written, to a temporary file renamed into place so it is never half there, together
+with the first finished batch: a run that fails before finishing anything leaves no file behind. A file of a run
+with other settings is replaced, with a warning (a failed run never blocks the corrected command). A record is one
+``os.write`` on an ``O_APPEND`` descriptor followed by ``fsync``. JSON floats round-trip exactly, so a resumed table
+equals an uninterrupted one bit for bit.
+
+A lock (``<out>.lock``, ``flock`` where the OS has it, holding the writer's pid) refuses a second run on the same
+``--out`` while the first runs; the lock of a killed run is recognised (no process holds it) and taken over.
 """
 
 from __future__ import annotations
@@ -11,53 +22,232 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import socket
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-log = logging.getLogger(__name__)
+from . import faults
+
+log = logging.getLogger("logitjudge")
+
+FORMAT = 2
+_FRAME = re.compile(rb'\{"lj":2,"items":(\d+),"bytes":(\d+),"crc32":"([0-9a-f]{8})","data":')
+_FIX_FOREIGN = "move it away or delete it, or choose another --out"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file cannot be used; the message names the file and the fix."""
+
+
+def frame(payload: dict, n_items: int) -> bytes:
+    data = json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+    return b'{"lj":2,"items":%d,"bytes":%d,"crc32":"%08x","data":%s}\n' % (
+        n_items, len(data), zlib.crc32(data), data)
+
+
+def parse_record(line: bytes) -> tuple[int | None, dict | None]:
+    """(item count or None if unknown, payload or None if the record is damaged) of one line (without "\\n")."""
+    m = _FRAME.match(line)
+    if not m:
+        return None, None
+    n, size, crc = int(m[1]), int(m[2]), int(m[3], 16)
+    data = line[m.end():m.end() + size]
+    if len(data) != size or line[m.end() + size:] != b"}" or zlib.crc32(data) != crc:
+        return n, None
+    try:
+        return n, json.loads(data)
+    except ValueError:
+        return n, None
+
+
+def scan(path: Path) -> tuple[dict | None, list[dict], int, list[str]]:
+    """Read a checkpoint file: (header, good payloads in order, byte length of the good part, problems).
+
+    The good part ends after the last newline-terminated line; a tail without its newline is torn."""
+    raw = path.read_bytes()
+    if not raw:
+        return None, [], 0, ["the file is empty"]
+    lines = raw.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline
+    head = parse_record(lines[0])[1] if lines else None
+    problems: list[str] = []
+    if not isinstance(head, dict) or "fingerprint" not in head:
+        if not raw.startswith(b'{"lj":2,'):
+            raise CheckpointError(f"{path} is not a logitjudge checkpoint (format {FORMAT}); it may be from an "
+                                  f"older logitjudge or another program: {_FIX_FOREIGN}")
+        if len(lines) > 1:
+            raise CheckpointError(f"{path}: its first record (the run's settings) is damaged, so the "
+                                  f"{len(lines) - 1} records after it cannot be matched to this run; delete it "
+                                  "to score again, or choose another --out")
+        return None, [], 0, ["its first record was cut off"]
+    good, end = [], len(lines[0]) + 1
+    for i, line in enumerate(lines[1:], 2):
+        n, rec = parse_record(line)
+        if rec is None:
+            count = "an unknown number of items" if n is None else f"{n} item{'s' * (n != 1)}"
+            problems.append(f"record on line {i} is damaged ({count}); skipped, its items are scored again")
+        else:
+            good.append(rec)
+        end += len(line) + 1
+    if tail:
+        n, rec = parse_record(tail)
+        if rec is not None:  # whole but for its newline: kept (the newline is added before appending)
+            good.append(rec)
+            end += len(tail)
+        else:
+            count = "an unknown number of items" if n is None else f"{n} item{'s' * (n != 1)}"
+            problems.append(f"the last record was cut off by an interruption ({count}); truncated, its items "
+                            "are scored again")
+    return head, good, end, problems
+
+
+class RunLock:
+    """One writer per ``--out``: ``flock`` on ``<out>.lock`` (released by the OS when the writer dies), which
+    holds the writer's pid and host for the messages."""
+
+    def __init__(self, path: Path, out):
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        old = os.read(self.fd, 200).decode(errors="replace").split()
+        try:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            who = f"pid {old[0]} on {old[1]}" if len(old) >= 2 else "another process"
+            raise CheckpointError(f"another logitjudge run ({who}) is writing {out} now; wait for it to finish "
+                                  "or choose another --out") from None
+        except ImportError:  # no flock (Windows): the pid decides
+            if len(old) >= 2 and old[1] == socket.gethostname() and _alive(int(old[0])):
+                os.close(self.fd)
+                raise CheckpointError(f"another logitjudge run (pid {old[0]}) is writing {out} now; wait for it "
+                                      "to finish or choose another --out") from None
+        if len(old) >= 2:
+            log.warning("%s: taking over the lock of a run that ended without releasing it (pid %s on %s)",
+                        path, old[0], old[1])
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Checkpoint:
-    """Finished items of one run (identified by its fingerprint): ``done[item_id] = (probs, label_mass)``."""
+    """Append-only record of finished items for one run (identified by its fingerprint).
+
+    ``done[item_id] = (probs, label_mass)`` (arrays, exact). ``add`` / ``add_batch`` append
+    one durable record; ``finish`` removes the file and the lock after the table is saved; ``close`` releases the
+    lock and keeps the file (an interrupted or failed run).
+    """
 
     def __init__(self, out: str | Path | None, fingerprint: str, *, tag: str = ""):
         self.path = None if out is None else Path(f"{out}{tag}.partial.jsonl")
         self.fingerprint = fingerprint
         self.done: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if self.path is None or not self.path.exists():
+        self._lock = None
+        if self.path is None:
             return
-        lines = self.path.read_text(encoding="utf-8").splitlines()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = RunLock(Path(f"{out}{tag}.lock"), out)
         try:
-            head = json.loads(lines[0]) if lines else {}
-        except json.JSONDecodeError:
-            head = {}
-        if not isinstance(head, dict) or head.get("fingerprint") != fingerprint:
-            log.warning("%s holds an unfinished run with other settings; it is replaced by this run", self.path)
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
+        if not self.path.exists():
+            return
+        head, good, end, problems = scan(self.path)
+        if head is None:  # empty or a header cut off: no item was saved, nothing is lost
+            log.warning("%s: %s (a run stopped before it saved any item); starting it again", self.path, problems[0])
             self.path.unlink()
             return
-        for line in lines[1:]:
-            try:
-                batch = json.loads(line)["batch"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                break  # a record cut by the interruption: that batch is scored again
-            self.done.update({k: (np.asarray(p), np.asarray(m)) for k, (p, m) in batch.items()})
+        if head.get("fingerprint") != self.fingerprint:
+            log.warning("%s holds an unfinished run with other settings (model, rubric, orderings, template or "
+                        "texts); this run replaces it", self.path)
+            self.path.unlink()
+            return
+        for p in problems:
+            log.warning("%s: %s", self.path, p)
+        for rec in good:
+            for item_id, probs, mass in rec["items"]:
+                self.done[item_id] = (np.asarray(probs), np.asarray(mass))
+        if end < self.path.stat().st_size:
+            os.truncate(self.path, end)
+        with self.path.open("rb+") as f:
+            if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                f.write(b"\n")
 
-    def add_batch(self, records: dict) -> None:
-        """Save one batch ``{item_id: (probs, label_mass)}`` as one record (one line, written and synced)."""
-        records = {k: (np.asarray(p), np.asarray(m)) for k, (p, m) in records.items()}
+    def _write_header(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("wb") as f:
+            f.write(frame({"fingerprint": self.fingerprint, "format": FORMAT}, 0))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def add(self, item_id: str, probs, mass) -> None:
+        self.add_batch({item_id: (probs, mass)})
+
+    def add_batch(self, results: dict) -> None:
+        """One record for several items: ``{item_id: (probs, label_mass)}``."""
+        recs = {i: (np.asarray(p), np.asarray(m)) for i, (p, m) in results.items()}
         if self.path is not None:
-            line = json.dumps({"batch": {k: [p.tolist(), m.tolist()] for k, (p, m) in records.items()}}) + "\n"
             if not self.path.exists():
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                line = json.dumps({"fingerprint": self.fingerprint}) + "\n" + line
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
-        self.done.update(records)
+                self._write_header()
+            self._append(frame({"items": [[i, p.tolist(), m.tolist()] for i, (p, m) in recs.items()]}, len(recs)))
+            faults.trace(recs)
+        self.done.update(recs)
+
+    def _append(self, line: bytes) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            armed = faults.hit("record")
+            if armed:  # fault injection: die part way through this record
+                cut = int(len(line) * armed[0][1])
+                os.write(fd, line[:cut])
+                os.fsync(fd)
+                faults.kill_now()
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Release the lock; the file stays for a resume."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def finish(self) -> None:
-        """The run is saved: drop the checkpoint."""
+        """The table is saved: drop the file and the lock."""
         if self.path is not None and self.path.exists():
             self.path.unlink()
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_lock", None) is not None:
+            self.close()

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from logitjudge_kernels import label_logprobs
 
+from . import faults
 from . import trie as trie_mod
 from .forward import FORWARDS, PrefixKV, head_params, install_shared_attention, n_layers
 from .native import NativeGemma3, native_support
@@ -26,6 +27,23 @@ READ_CHUNK_ELEMS = 1 << 27  # 512 MiB of fp32 logits at most
 
 class EngineError(RuntimeError):
     pass
+
+
+class NonFiniteError(EngineError):
+    """The model gave a NaN or infinite log-probability: for ``key`` of job ``job`` (the first such read)."""
+
+    def __init__(self, job: int, key, value: float, count: int):
+        self.job, self.key, self.value = job, key, value
+        super().__init__(f"the model returned non-finite logits ({value}) at {count} label read(s), first job "
+                         f"{job} read {key}; nothing was written for them")
+
+
+def is_oom(e: BaseException) -> bool:
+    """Out of memory on CUDA (torch.OutOfMemoryError) or in torch's CPU allocator (a RuntimeError)."""
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    msg = str(e)
+    return isinstance(e, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
 
 
 @dataclass
@@ -69,6 +87,9 @@ class Engine:
             prefix_mode = "native" if native_support(self.model) is None else "shared"
         elif prefix_mode == "native" and (reason := native_support(self.model)):
             raise EngineError(f"prefix_mode='native' does not support this model ({reason}); use 'shared'")
+        if int(token_budget) != token_budget or token_budget < 1:
+            raise EngineError(f"token_budget must be a positive integer (rows x padded tokens per batch), got "
+                              f"{token_budget!r}; use e.g. --token-budget 4096")
         self.token_budget = int(token_budget)
         self.min_shared = int(min_shared)
         self.prefix_mode = prefix_mode
@@ -111,6 +132,7 @@ class Engine:
         for r, lst in enumerate(reads):
             toks[r, :len(lst)] = torch.tensor([t for t, _, _ in lst])
         lp = self.read(h, toks).double().cpu().numpy()  # (R, M)
+        _check_finite(lp, reads)
         for r, lst in enumerate(reads):
             for m, (_, j, ks) in enumerate(lst):
                 self.stats["reads"] += 1
@@ -122,9 +144,30 @@ class Engine:
         form the next level (whichever parent they continue), so each level runs in few, large batches; going
         depth-first over chunks bounds the memory held to about one token budget per level."""
         for chunk in self._chunks(entries):
-            children = self._batch(chunk, results)
+            try:
+                children = self._batch(chunk, results)
+            except Exception as e:  # noqa: BLE001 - only out-of-memory is retried
+                if not is_oom(e):
+                    raise
+                self._shrink(e, chunk)
+                self._descend(chunk, results)  # the same segments, re-chunked under the halved budget
+                continue
             if children:
                 self._descend(children, results)
+
+    def _shrink(self, error: BaseException, chunk: list) -> None:
+        """Out of memory in a batch: halve the token budget for the rest of the run (the failed batch queued
+        nothing, so it is simply run again in smaller pieces)."""
+        width = max(len(n.tokens) for _, n, _ in chunk)
+        if len(chunk) == 1 or self.token_budget // 2 < 1:
+            raise EngineError(f"out of memory on one row of {width} tokens even at token budget "
+                              f"{self.token_budget}; use a smaller model or dtype (--dtype bf16) or another "
+                              f"device ({type(error).__name__}: {str(error)[:200]})") from None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.token_budget //= 2
+        self.stats["oom_retries"] = self.stats.get("oom_retries", 0) + 1
+        self.stats["token_budget_after_oom"] = self.token_budget
 
     def _chunks(self, entries: list):
         """Right-padded batches within the token budget, longest rows first. Padded positions cost as much as real
@@ -154,6 +197,7 @@ class Engine:
         ids = torch.zeros((B, S), dtype=torch.long)
         for r, (_, n, _) in enumerate(chunk):
             ids[r, :len(n.tokens)] = torch.tensor(n.tokens)
+        faults.at_batch()
         need_cache = any(n.children or n.ends for _, n, _ in chunk)
         # read-out only where a label token is predicted; one hidden row per position, all its label tokens
         rows, offs, reads = [], [], []
@@ -199,6 +243,19 @@ class Engine:
         """For each group (an item's prompts) and prompt: log-probability of each whole label continuation."""
         res = self.run([prompt_job(g) for g in groups])
         return [[continuation_logprobs(r.logprobs, ep, p) for p, ep in enumerate(g)] for g, r in zip(groups, res)]
+
+
+def _check_finite(lp: np.ndarray, reads: list) -> None:
+    """Refuse NaN / infinite log-probabilities at the read slots in use (a softmax over finite logits is
+    finite), naming the first job and read key."""
+    used = np.zeros(lp.shape, dtype=bool)
+    for r, lst in enumerate(reads):
+        used[r, :len(lst)] = True
+    bad = used & ~np.isfinite(lp)
+    if bad.any():
+        r, m = np.argwhere(bad)[0]
+        _, j, ks = reads[r][m]
+        raise NonFiniteError(j, ks[0], float(lp[r, m]), int(bad.sum()))
 
 
 def _by_prefix(entries: list) -> list[list]:

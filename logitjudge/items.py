@@ -21,6 +21,13 @@ class Item:
     human: dict = field(default_factory=dict, compare=False)  # criterion name -> float (mean human score)
     meta: dict = field(default_factory=dict, compare=False)
 
+    def __post_init__(self):
+        for name in ("text", "context", "group"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ItemError(f"item {self.id!r}: {name!r} must be a string, got {type(value).__name__} "
+                                f"({value!r:.40}); pass a str")
+
     def to_json(self) -> dict:
         d = {"id": self.id, "text": self.text}
         if self.context:
@@ -42,8 +49,14 @@ def item_from_dict(d: dict, *, where: str = "item") -> Item:
         raise ItemError(f"{where}: missing field(s) {missing}; each line needs 'id' and 'text' "
                         "(and optionally 'context', 'group', 'human')")
     text = d["text"]
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise ItemError(f"{where} (id {d['id']!r}): 'text' must be a string, got {type(text).__name__} "
+                        f"({text!r:.40}); write the text as a JSON string")
+    if not text.strip():
         raise ItemError(f"{where} (id {d['id']!r}): 'text' is empty; remove the item or give it a text")
+    for key in ("context", "group"):
+        if d.get(key) is not None and not isinstance(d[key], (str, int, float)):
+            raise ItemError(f"{where} (id {d['id']!r}): {key!r} must be a string, got {type(d[key]).__name__}")
     human = d.get("human") or {}
     if not isinstance(human, dict):
         raise ItemError(f"{where} (id {d['id']!r}): 'human' must be an object criterion -> score")

@@ -12,11 +12,16 @@ def iter_jsonl(path: str | Path, *, error: type[Exception] = ValueError,
     """Yield ``("file:line", record)`` for each non-blank line; raise ``error`` on invalid JSON or non-objects."""
     p = Path(path)
     tail = f"; {expect}{'. ' + hint if hint else ''}"
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with p.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            where = f"{p}:{n}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise error(f"{where}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                            "save the file as UTF-8") from None
             if not line.strip():
                 continue
-            where = f"{p}:{n}"
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:

@@ -94,6 +94,8 @@ def parse(spec: str, n: int, *, seed: int | None = 0) -> np.ndarray:
         k = int(arg) if arg else None
     except ValueError:
         raise OrderingError(f"ordering spec {spec!r}: {arg!r} is not an integer; use e.g. random:10") from None
+    if k is not None and k < 1:
+        raise OrderingError(f"ordering spec {spec!r}: the count must be at least 1; use e.g. random:10 or fixed:1")
     if kind == "balanced":
         if k is not None:
             raise OrderingError("'balanced' takes no count: it is always the 2n cyclic rotations")

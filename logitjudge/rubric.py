@@ -8,6 +8,7 @@ more criteria, all with the same number of options (the option-order permutation
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -92,6 +93,9 @@ class Rubric:
             if dupv:
                 raise RubricError(f"{cw}: duplicate option values {dupv}; every option needs its own value")
             for o in c.options:
+                if not isinstance(o.value, (int, float)) or not math.isfinite(o.value):
+                    raise RubricError(f"{cw}: option {o.label!r} has value {o.value!r}, not a finite number; "
+                                      "give every option a finite numeric value")
                 if not str(o.label).strip():
                     raise RubricError(f"{cw}: an option (value {o.value}) has an empty 'label'")
                 if str(o.label) != str(o.label).strip():
@@ -136,6 +140,9 @@ class Rubric:
                 except (TypeError, ValueError):
                     raise RubricError(f"{source}: criteria[{i}].options[{j}].value={o['value']!r} "
                                       "is not a number") from None
+                if not math.isfinite(value):
+                    raise RubricError(f"{source}: criteria[{i}].options[{j}].value={o['value']!r} is not a finite "
+                                      "number; give every option a finite numeric value")
                 label = o.get("label")
                 if label is None:
                     label = str(int(value)) if value == int(value) else str(value)

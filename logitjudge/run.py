@@ -20,7 +20,7 @@ import numpy as np
 
 from . import distributed
 from .checkpoint import Checkpoint
-from .engine import Engine
+from .engine import Engine, EngineError, NonFiniteError
 from .orderings import fixed, validate
 from .prompts import load_template
 from .requests import check_orders, default_template, item_prompts, orders_of
@@ -114,15 +114,26 @@ class Run:
             return previous
         world = distributed.current(self.lm.device)
         ckpt = Checkpoint(self.out, self.fingerprint, tag=f".rank{world.rank}" if world.active else "")
-        t0 = time.perf_counter()
-        done = self.records(ckpt, world)
-        table = self.table(done, time.perf_counter() - t0, world.size)
-        if self.out is not None:
-            if world.rank == 0:
-                table.save(self.out)
-            world.barrier()
-            ckpt.finish()
+        try:
+            t0 = time.perf_counter()
+            done = self.records(ckpt, world)
+            table = self.table(done, time.perf_counter() - t0, world.size)
+            if self.out is not None:
+                if world.rank == 0:
+                    self._save(table, ckpt)
+                world.barrier()
+        except BaseException:
+            ckpt.close()  # the finished batches stay for a resume; the lock is released
+            raise
+        ckpt.finish()
         return table
+
+    def _save(self, table: ScoreTable, ckpt: Checkpoint) -> None:
+        try:
+            table.save(self.out)
+        except OSError as e:
+            raise OSError(e.errno, f"{e.strerror}; the finished items are kept in {ckpt.path}: free space and run "
+                                   "the same command again to save the table without scoring again") from None
 
     def records(self, ckpt: Checkpoint, world: distributed.World | None = None) -> dict:
         """Score this rank's batches not yet in ``ckpt`` (each saved as one record); every rank's records."""
@@ -131,10 +142,23 @@ class Run:
         bar = _progress(len(owned), sum(self.items[i].id in ckpt.done for i in owned),
                         self.progress and world.rank == 0)
         for idx, step in self.batches(owned, ckpt.done):
-            ckpt.add_batch({self.items[i].id: rec for i, rec in zip(idx, step(idx))})
+            try:
+                results = step(idx)
+            except NonFiniteError as e:
+                raise EngineError(self._non_finite(e, idx)) from None
+            ckpt.add_batch({self.items[i].id: rec for i, rec in zip(idx, results)})
             bar.update(len(idx))
         bar.close()
         return world.gather(ckpt.done)
+
+    def _non_finite(self, e: NonFiniteError, idx: list[int]) -> str:
+        """Non-finite logits named by item (and, single-criterion, criterion and ordering): never written."""
+        where = f"item {self.items[idx[0] if self.multi else idx[e.job]].id!r}"
+        if not self.multi:
+            c, k = divmod(e.key[0], self.option_orders.shape[-2])
+            where += f", criterion {self.rubric.criteria[c].name!r}, ordering {k}"
+        return (f"the model returned non-finite logits ({e.value}) for {where}; nothing was written for it. Check "
+                "the model's weights, or run in fp32 (--dtype fp32) if it overflows in half precision")
 
     def _finished_table(self) -> ScoreTable | None:
         """The table already at ``out`` when it holds these settings (a rerun reuses it)."""

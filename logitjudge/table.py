@@ -103,8 +103,13 @@ class ScoreTable:
         if self.item_groups is not None:
             arrays["item_groups"] = self.item_groups
         tmp = p.with_name(p.name + ".tmp.npz")
-        np.savez(tmp, **arrays)
-        tmp.replace(p)  # atomic: a killed save never leaves a half-written table
+        try:
+            np.savez(tmp, **arrays)
+            tmp.replace(p)  # atomic: a killed save never leaves a half-written table
+        except OSError as e:  # a full disk, a read-only folder: the previous table stays as it was
+            tmp.unlink(missing_ok=True)
+            kept = f"the previous table {p} is unchanged" if p.exists() else f"{p} was not written"
+            raise OSError(e.errno, f"could not save the score table ({e.strerror or e}); {kept}") from None
         return p
 
     @classmethod
@@ -112,17 +117,28 @@ class ScoreTable:
         p = Path(path)
         if not p.exists():
             raise TableError(f"score table {p} does not exist; create it with `logitjudge score ... --out {p}`")
-        try:
-            z = np.load(p, allow_pickle=False)
-        except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-            raise TableError(f"{p} is not a readable .npz score table: {e}") from None
+        fix = f"point to a table written by `logitjudge score --out`, or score again with --out {p}"
+        with p.open("rb") as f:
+            magic = f.read(4)
+        if magic != b"PK\x03\x04":  # not a zip archive: numpy would try (and refuse) to unpickle it
+            raise TableError(f"{p} is not a .npz score table ({'empty' if not magic else 'not a zip archive'}); "
+                             f"{fix}")
         need = ["probs", "label_mass", "option_orders", "criterion_orders", "values", "item_ids", "criteria", "meta"]
-        missing = [k for k in need if k not in z.files]
-        if missing:
-            raise TableError(f"{p} lacks arrays {missing}; it was not written by ScoreTable.save")
-        return cls(z["probs"], z["label_mass"], z["option_orders"], z["criterion_orders"], z["values"],
-                   z["item_ids"], [str(x) for x in z["criteria"]],
-                   z["item_groups"] if "item_groups" in z.files else None, json.loads(str(z["meta"])))
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                missing = [k for k in need if k not in z.files]
+                if missing:
+                    raise TableError(f"{p} lacks arrays {missing}; it was not written by ScoreTable.save; {fix}")
+                arrays = {k: z[k] for k in z.files}
+            meta = json.loads(str(arrays["meta"]))
+        except TableError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a damaged archive fails in zipfile, zlib, numpy or json
+            raise TableError(f"{p} is a damaged .npz score table ({type(e).__name__}: {str(e)[:120]}); "
+                             f"{fix}") from None
+        return cls(arrays["probs"], arrays["label_mass"], arrays["option_orders"], arrays["criterion_orders"],
+                   arrays["values"], arrays["item_ids"], [str(x) for x in arrays["criteria"]],
+                   arrays.get("item_groups"), meta)
 
     def to_dataframe(self):
         """Long format: one row per (item, criterion, ordering, option)."""

@@ -113,16 +113,15 @@ sys.exit(main(sys.argv[1:]))
 
 
 def saved_items(partial: Path) -> int:
-    """Items in the checkpoint's complete batch records (a line being written is not counted)."""
+    """Items in the checkpoint's complete records (a record being written is not counted)."""
+    from logitjudge.checkpoint import scan
+
     if not partial.exists():
         return 0
-    n = 0
-    for line in partial.read_text(encoding="utf-8").splitlines()[1:]:
-        try:
-            n += len(json.loads(line)["batch"])
-        except (ValueError, KeyError):
-            break
-    return n
+    try:
+        return sum(len(rec["items"]) for rec in scan(partial)[1])
+    except ValueError:  # the header is being written
+        return 0
 
 
 def write_long_texts(path: Path, n: int) -> Path:

@@ -9,7 +9,7 @@ import torch
 from conftest import fresh_tiny_lm, shared_data_dir
 
 from logitjudge import demo as demo_mod
-from logitjudge.checkpoint import Checkpoint
+from logitjudge.checkpoint import Checkpoint, scan
 from logitjudge.experiment import SpecError, load_spec, prepare, run_experiment
 from logitjudge.items import read_items
 from logitjudge.table import ScoreTable
@@ -163,7 +163,8 @@ def test_interrupted_run_resumes_with_the_same_numbers(first, root, monkeypatch)
         run_experiment(spec, progress=False)
     partial = out / "table.npz.partial.jsonl"
     assert partial.exists() and not (out / "table.npz").exists()
-    assert len(partial.read_text().splitlines()) == 2  # the run's header + the finished batch
+    saved = sum(len(rec["items"]) for rec in scan(partial)[1])
+    assert saved == 6  # all 6 items form one batch (token budget 4096): one record, kept whole
     monkeypatch.setattr(Checkpoint, "add_batch", real)
     resumed = run_experiment(spec, progress=False)
     assert not partial.exists() and (out / "table.npz").exists()
