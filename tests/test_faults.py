@@ -407,7 +407,7 @@ def _bad_inputs(tmp: Path) -> dict:
         "inf value, no label": (["--rubric", str(tmp / "inf.toml")], ["options[1].value=inf", "finite"]),
         "random:0": (["--orderings", "random:0"], ["random:0", "at least 1"]),
         "fixed:0": (["--orderings", "fixed:0"], ["fixed:0", "at least 1"]),
-        "token budget 0": (["--token-budget", "0"], ["token_budget", "positive integer", "--token-budget"]),
+        "token budget 0": (["--token-budget", "0"], ["--token-budget", "at least 1"]),
         "text is a number": (["--texts", str(tmp / "int_text.jsonl")], ["int_text.jsonl:2", "'text' must be a "
                                                                          "string, got int"]),
         "not UTF-8": (["--texts", str(tmp / "latin1.jsonl")], ["latin1.jsonl:2", "not valid UTF-8", "0xe9"]),

@@ -93,7 +93,7 @@ def test_one_dump_for_single_and_multi_criteria(tiny_lm, tmp_path):
 def test_checkpoint_keeps_whole_batches_and_leaves_nothing_before_the_first(tmp_path):
     out = tmp_path / "t.npz"
     ck = Checkpoint(out, "fp1")
-    assert ck.done == {} and not list(tmp_path.iterdir())  # nothing written before a batch is finished
+    assert ck.done == {} and not list(tmp_path.glob("*.partial.jsonl"))  # nothing before a batch is finished
     a = (np.array([[[0.25, 0.75]]]), np.array([[0.5]]))
     b = (np.array([[[1 / 3, 2 / 3]]]), np.array([[0.1 + 0.2]]))
     ck.add_batch({"x": a, "y": b})
@@ -101,12 +101,15 @@ def test_checkpoint_keeps_whole_batches_and_leaves_nothing_before_the_first(tmp_
     assert len(path.read_text(encoding="utf-8").splitlines()) == 2  # the header + one record for the batch
     with path.open("a", encoding="utf-8") as f:
         f.write('{"batch": {"z": [[[0.5, ')  # a record cut by a kill
+    ck.close()  # release the run lock: the same --out may be resumed
     again = Checkpoint(out, "fp1")
     assert set(again.done) == {"x", "y"}
     assert np.array_equal(again.done["y"][0], b[0]) and again.done["y"][1][0, 0] == 0.1 + 0.2  # exact floats
+    again.close()
     other = Checkpoint(out, "fp2")  # other settings: replaced, never blocking the run
     assert other.done == {} and not path.exists()
     other.finish()
+    assert not list(tmp_path.iterdir())  # finished: neither checkpoint nor lock left
 
 
 def test_rerun_reuses_a_finished_table_and_replaces_other_settings(tiny_lm, tmp_path, caplog):
