@@ -108,6 +108,7 @@ def _torch_runner(peer: str, wl: dict, threads: int):
     engine = Engine(lm)
     extra["token_budget"] = engine.token_budget
     extra["prefix_mode"] = engine.prefix_mode
+    extra["gemm_route"] = getattr(engine._forward, "route", None)  # native: fp32 / bf16 / bf16_upcast / plain
 
     def run(w: bool = False):
         before = engine.stats["tokens"]
@@ -399,8 +400,15 @@ def main(argv=None) -> int:
     if llama_reason:
         print(f"skipping llama.cpp: {llama_reason}")
     det_wl = "8x350" if "8x350" in names else names[0]
+    from logitjudge.autodtype import cpu_info, describe_cpu, gemm_rates
+
+    cpu = cpu_info()
+    print(f"CPU: {describe_cpu(cpu)}")
     rate = matmul_rate(args.threads)
     rate["measured_gflops"] = [rate["layer_flops_per_s"] / 1e9]
+    routes = gemm_rates("cpu")  # what --dtype auto and the native bf16 route decide by (cached per CPU)
+    print("GEMM rates by route (logitjudge.autodtype, one layer's projections): " + ", ".join(
+        f"{r} {v / 1e9:.0f} GFLOP/s" for r, v in routes["rates"].items()) + f" (measured {routes['measured_at']})")
     rate["fma_peak"] = fma_peak(args.threads)
     peak = rate["fma_peak"]["flops_per_s"]
     print(f"model: {facts['non_embedding_params'] / 1e6:.1f} M non-embedding parameters; fp32 matmul rate "
@@ -409,7 +417,8 @@ def main(argv=None) -> int:
           + (f"{peak / 1e9:.1f} GFLOP/s (matmul rate = {rate['layer_flops_per_s'] / peak:.0%} of it)" if peak
              else f"not measured ({rate['fma_peak']['why']})"))
     report = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
-                          "cpus": os.cpu_count(), "python": platform.python_version()},
+                          "cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu,
+                          "cpu_line": describe_cpu(cpu), "gemm_rates_by_route": routes},
               "settings": {"repeats": args.repeats, "threads": args.threads, "slow": args.slow,
                            "quick": args.quick}, "model": facts, "matmul": rate, "workloads": {}}
     tmp = Path(tempfile.mkdtemp(prefix="peers-"))
