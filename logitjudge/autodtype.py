@@ -1,9 +1,9 @@
 """``--dtype auto``: the fastest dtype whose stated tolerance the user accepts, measured once per CPU (or GPU).
 
-Whether bf16 is faster than fp32 depends on the chip, not on the model: on an AMD EPYC (Zen 4) the AVX-512 BF16
-dot product runs two bf16 products per fp32 lane at the fp32 FMA rate, and bf16 GEMMs run ~1.9x faster than
-fp32; on an Intel Xeon with AVX-512 BF16 but no AMX, ``vdpbf16ps`` issues at a quarter of the rate of
-``vfmadd231ps`` (1.35 vs 5.5 G instructions/s per core), so oneDNN's bf16 GEMMs run at ~0.55x the fp32 rate.
+Whether bf16 is faster than fp32 depends on the chip, not on the model: on an AMD EPYC (Zen 4) bf16 runs the
+engine 1.64x faster than fp32 (README, Performance); on an Intel Xeon with AVX-512 BF16 but no AMX,
+``vdpbf16ps`` issues at a quarter of the rate of ``vfmadd231ps`` (1.35 vs 5.5 G instructions/s per core), so
+oneDNN's bf16 GEMMs run at ~0.57x the fp32 rate and bf16 ran the engine 1.5x slower than fp32.
 So the choice is measured: the GEMM rates of one transformer layer's projections (Gemma-3-270M's shapes, 512
 rows: ~75% of the engine's time is in them, ``benchmarks/breakdown.py``), for each route the native step function
 can take (:mod:`logitjudge.native`):

@@ -92,6 +92,7 @@ def cmd_score(args) -> int:
     choice = {"dtype_choice": {"asked": args.dtype, "chosen": dtype, "reason": why}}
     lm = load_model(args.model, dtype=dtype, device=device, quantize=args.quantize)
     engine = Engine(lm, token_budget=args.token_budget, prefix_mode=args.prefix_mode)
+    choice["dtype_choice"]["gemm_route"] = getattr(engine._forward, "route", None)  # native: how GEMMs ran
     if args.multi_criteria:
         from .multi import score_multi
         from .orderings import cross
