@@ -466,6 +466,10 @@ def main(argv=None) -> int:
             rows["bound"] = {"seconds": (flops_floor + attn) / peak, "tokens": summary["trie_tokens"],
                              "flops": flops_floor + attn}
         print("\n" + table(name, summary, rows))
+        f32, b16 = rows.get("logitjudge-fp32", {}), rows.get("logitjudge-bf16", {})
+        if "seconds" in f32 and "seconds" in b16:  # the check: bf16 >= 1.3x fp32 where bf16 GEMMs are fast
+            print(f"bf16 vs fp32 ({name}): {f32['seconds'] / b16['seconds']:.2f}x faster; GEMM routes "
+                  f"{f32.get('gemm_route')} / {b16.get('gemm_route')}")
         if "llama.cpp-b64" in rows and "max_abs_dp_vs_n_batch_512" in rows["llama.cpp-b64"]:
             print(f"llama.cpp determinism ({name}): max abs dp between n_batch=512 and n_batch=64: "
                   f"{rows['llama.cpp-b64']['max_abs_dp_vs_n_batch_512']:.2e} (renormalised), "
