@@ -244,13 +244,16 @@ def fma_peak(threads: int) -> dict:
 
     from logitjudge_kernels import _cbuild
 
-    lib, why = _cbuild.load(HERE / "peak_fma.c", (("fma_peak_gflops", (ctypes.c_int, ctypes.c_int64, _cbuild.f32p),
-                                                    ctypes.c_double),))
+    args = (ctypes.c_int, ctypes.c_int64, _cbuild.f32p)
+    lib, why = _cbuild.load(HERE / "peak_fma.c", (("fma_peak_gflops", args, ctypes.c_double),
+                                                   ("bf16_dot_peak_gflops", args, ctypes.c_double)))
     if lib is None:
         return {"flops_per_s": None, "why": why}
     sink = ctypes.c_float()
     best = max(lib.fma_peak_gflops(threads, 60_000_000, ctypes.byref(sink)) for _ in range(7))  # ~0.1 s each
-    return {"flops_per_s": best * 1e9, "threads": threads}
+    bf16 = max(lib.bf16_dot_peak_gflops(threads, 30_000_000, ctypes.byref(sink)) for _ in range(3))
+    return {"flops_per_s": best * 1e9, "threads": threads,
+            "bf16_dot_flops_per_s": bf16 * 1e9 if bf16 > 0 else None}  # None: no AVX-512 BF16 in the build
 
 
 def model_facts() -> dict:
@@ -416,6 +419,9 @@ def main(argv=None) -> int:
           f"{rate['x640_at_640x2048_flops_per_s'] / 1e9:.1f} GFLOP/s ((512x640)@(640x2048)); FMA peak "
           + (f"{peak / 1e9:.1f} GFLOP/s (matmul rate = {rate['layer_flops_per_s'] / peak:.0%} of it)" if peak
              else f"not measured ({rate['fma_peak']['why']})"))
+    if rate["fma_peak"].get("bf16_dot_flops_per_s"):
+        print(f"AVX-512 BF16 dot-product peak {rate['fma_peak']['bf16_dot_flops_per_s'] / 1e9:.1f} GFLOP/s "
+              f"({rate['fma_peak']['bf16_dot_flops_per_s'] / peak:.2f}x the fp32 FMA peak)")
     report = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
                           "cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu,
                           "cpu_line": describe_cpu(cpu), "gemm_rates_by_route": routes},
