@@ -7,7 +7,12 @@ vocabulary head, Python) is the run minus the step function. Each part's FLOPs r
 (GEMMs: 2 x rows x weight size of every call; attention: the trie's (query, key) pairs as in
 benchmarks/peers.py, which the last layer's pruning makes a slight overestimate).
 
-    .venv/bin/python benchmarks/breakdown.py [--workload 8x350] [--dtype fp32] [--threads 2] [--repeats 3]
+    .venv/bin/python benchmarks/breakdown.py [--workload 8x350] [--dtype fp32|bf16|auto] [--threads 2]
+        [--repeats 3] [--clock wall|cpu]
+
+``--clock cpu`` times with the process's CPU time instead of the wall clock: with ``--threads 1`` it measures the
+work alone on a machine that others share (the wall clock also counts the time the process waited for a core).
+The bf16 GEMM route the native path took (``fp32`` / ``bf16`` / ``bf16_upcast``) and the CPU are printed.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads  # noqa: E402
 
 import logitjudge.native as native  # noqa: E402
+from logitjudge.autodtype import cpu_info, describe_cpu, resolve_dtype  # noqa: E402
 from logitjudge.engine import Engine  # noqa: E402
 from logitjudge.models import load_model  # noqa: E402
 
@@ -40,6 +46,9 @@ PARTS = {  # (owner, attribute) -> label
 }
 
 
+CLOCK = time.perf_counter
+
+
 def timed_run(engine: Engine, groups) -> tuple[float, dict, dict]:
     """(run seconds, seconds per part, GEMM FLOPs per part) of one run with the parts wrapped."""
     seconds: dict = defaultdict(float)
@@ -50,9 +59,9 @@ def timed_run(engine: Engine, groups) -> tuple[float, dict, dict]:
         saved[(owner, name)] = fn
 
         def wrapper(*args, _fn=fn, _label=label, **kwargs):
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             out = _fn(*args, **kwargs)
-            seconds[_label] += time.perf_counter() - t0
+            seconds[_label] += CLOCK() - t0
             if _label.startswith("GEMMs"):  # args: (projection, x); weight (out, in)
                 w, x = args[0].weight, args[1]
                 gemm_flops[_label] += 2 * (x.numel() // x.shape[-1]) * w.shape[0] * w.shape[1]
@@ -60,9 +69,9 @@ def timed_run(engine: Engine, groups) -> tuple[float, dict, dict]:
 
         setattr(owner, name, wrapper)
     try:
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         engine.prompt_logprobs(groups)
-        total = time.perf_counter() - t0
+        total = CLOCK() - t0
     finally:
         for (owner, name), fn in saved.items():
             setattr(owner, name, fn)
@@ -73,13 +82,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="gemma-3-270m")
     ap.add_argument("--workload", default="8x350", choices=list(workloads.NAMES))
-    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"])
+    ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                    help="cpu: the process's CPU time (use with --threads 1 on a shared machine)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="untimed-part runs; the fastest is reported")
     ap.add_argument("--out", default="benchmarks/results/breakdown.json")
     args = ap.parse_args(argv)
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
-    lm = load_model(args.model, dtype=args.dtype)
+    dtype, why = resolve_dtype(args.dtype, "cpu")
+    lm = load_model(args.model, dtype=dtype)
     engine = Engine(lm)
     if engine.prefix_mode != "native":
         ap.error(f"the breakdown times the native step function; this model runs {engine.prefix_mode!r}")
@@ -87,9 +101,9 @@ def main(argv=None) -> int:
     engine.prompt_logprobs([wl.groups[0][:1]])  # warm-up (and the C kernels' build, if not cached)
     plain = []
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         engine.prompt_logprobs(wl.groups)
-        plain.append(time.perf_counter() - t0)
+        plain.append(CLOCK() - t0)
     total, seconds, gemm_flops = timed_run(engine, wl.groups)
     cfg = lm.model.get_decoder().config
     attn_flops = wl.attention_flops(cfg.num_attention_heads, cfg.head_dim,
@@ -100,8 +114,9 @@ def main(argv=None) -> int:
     table = [(label, seconds.get(label, 0.0)) for label in PARTS.values() if label != "step function, total"]
     table.append(("step function, other (embedding, rotary tables, copies)", step - sum(s for _, s in table)))
     table.append(("outside the step function (trie, read-out, Python)", total - step))
-    print(f"# {args.workload}, {args.dtype}, {args.threads} threads: run {min(plain):.2f} s (best of "
-          f"{args.repeats}), timed run {total:.2f} s\n")
+    route = engine.gemm_route
+    print(f"# {args.workload}, {dtype} ({why}; GEMM route {route}), {args.threads} threads, {args.clock} clock: "
+          f"run {min(plain):.2f} s (best of {args.repeats}), timed run {total:.2f} s\n# CPU: {describe_cpu()}\n")
     print("| part | seconds | share | GFLOP/s |")
     print("|---|---:|---:|---:|")
     for label, s in table:
@@ -109,7 +124,8 @@ def main(argv=None) -> int:
         print(f"| {label} | {s:.2f} | {s / total:.0%} | {'' if not rate or not s else f'{rate / s / 1e9:.0f}'} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"workload": wl.summary(), "dtype": args.dtype, "threads": args.threads,
+    out.write_text(json.dumps({"workload": wl.summary(), "dtype": dtype, "dtype_reason": why, "gemm_route": route,
+                               "clock": args.clock, "cpu": cpu_info(), "threads": args.threads,
                                "runs_s": plain, "timed_run_s": total, "parts_s": dict(table),
                                "flops": flops}, indent=1))
     print(f"\nwrote {out}")

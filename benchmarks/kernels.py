@@ -28,7 +28,6 @@ import argparse
 import functools
 import json
 import math
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -250,8 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     warmup = 2 if device.type == "cuda" else 1
     attn_grid, readout_grid = grids(device, args.quick)
     t0 = time.perf_counter()
-    meta = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-                or platform.machine(), torch=torch.__version__, triton=HAS_TRITON, dtype=str(dtype)[6:],
+    from logitjudge.autodtype import describe_cpu
+
+    if device.type == "cpu":
+        print(f"CPU: {describe_cpu()}")
+    meta = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else describe_cpu(),
+                torch=torch.__version__, triton=HAS_TRITON, dtype=str(dtype)[6:],
                 quick=args.quick, cpu_threads=torch.get_num_threads(), heads=dict(Hq=HQ, Hkv=HKV, D=HEAD_DIM),
                 memory_note="peak = torch.cuda.max_memory_allocated over one call; on CPU analytic bytes of "
                             "materialised K/V (attention) or logits-sized temporaries (read-out)")

@@ -24,3 +24,32 @@ double fma_peak_gflops(int threads, int64_t iters, float *sink) {
     *sink = total;
     return (double)iters * 12 * 16 * 2 * threads / seconds / 1e9;
 }
+
+/* The same for the AVX-512 BF16 dot product (vdpbf16ps: 16 lanes x 2 bf16 products + sums = 64 FLOP per
+ * instruction), the instruction oneDNN's bf16 GEMMs are built on where the CPU has no AMX. Returns -1 where the
+ * build target has no AVX-512 BF16. On the Intel Xeon of the README (no AMX) it issues at a quarter of the FMA's
+ * rate, so bf16 GEMMs there peak at half the fp32 rate. */
+#ifdef __AVX512BF16__
+#include <immintrin.h>
+#endif
+double bf16_dot_peak_gflops(int threads, int64_t iters, float *sink) {
+#ifdef __AVX512BF16__
+    double t0 = omp_get_wtime();
+    float total = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+        __m512 acc[12];
+        __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380); /* 1, ~6e-8 */
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps(1.0f + 0.1f * (float)(i + omp_get_thread_num()));
+        for (int64_t n = 0; n < iters; n++)
+            for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+        for (int i = 0; i < 12; i++) total += _mm512_reduce_add_ps(acc[i]);
+    }
+    double seconds = omp_get_wtime() - t0;
+    *sink = total;
+    return (double)iters * 12 * 64 * threads / seconds / 1e9;
+#else
+    (void)threads, (void)iters, (void)sink;
+    return -1.0;
+#endif
+}

@@ -108,6 +108,7 @@ def _torch_runner(peer: str, wl: dict, threads: int):
     engine = Engine(lm)
     extra["token_budget"] = engine.token_budget
     extra["prefix_mode"] = engine.prefix_mode
+    extra["gemm_route"] = engine.gemm_route  # native: fp32 / bf16 / bf16_upcast / plain
 
     def run(w: bool = False):
         before = engine.stats["tokens"]
@@ -243,13 +244,16 @@ def fma_peak(threads: int) -> dict:
 
     from logitjudge_kernels import _cbuild
 
-    lib, why = _cbuild.load(HERE / "peak_fma.c", (("fma_peak_gflops", (ctypes.c_int, ctypes.c_int64, _cbuild.f32p),
-                                                    ctypes.c_double),))
+    args = (ctypes.c_int, ctypes.c_int64, _cbuild.f32p)
+    lib, why = _cbuild.load(HERE / "peak_fma.c", (("fma_peak_gflops", args, ctypes.c_double),
+                                                   ("bf16_dot_peak_gflops", args, ctypes.c_double)))
     if lib is None:
         return {"flops_per_s": None, "why": why}
     sink = ctypes.c_float()
     best = max(lib.fma_peak_gflops(threads, 60_000_000, ctypes.byref(sink)) for _ in range(7))  # ~0.1 s each
-    return {"flops_per_s": best * 1e9, "threads": threads}
+    bf16 = max(lib.bf16_dot_peak_gflops(threads, 30_000_000, ctypes.byref(sink)) for _ in range(3))
+    return {"flops_per_s": best * 1e9, "threads": threads,
+            "bf16_dot_flops_per_s": bf16 * 1e9 if bf16 > 0 else None}  # None: no AVX-512 BF16 in the build
 
 
 def model_facts() -> dict:
@@ -399,8 +403,15 @@ def main(argv=None) -> int:
     if llama_reason:
         print(f"skipping llama.cpp: {llama_reason}")
     det_wl = "8x350" if "8x350" in names else names[0]
+    from logitjudge.autodtype import cpu_info, describe_cpu, gemm_rates
+
+    cpu = cpu_info()
+    print(f"CPU: {describe_cpu(cpu)}")
     rate = matmul_rate(args.threads)
     rate["measured_gflops"] = [rate["layer_flops_per_s"] / 1e9]
+    routes = gemm_rates("cpu")  # what --dtype auto and the native bf16 route decide by (cached per CPU)
+    print("GEMM rates by route (logitjudge.autodtype, one layer's projections): " + ", ".join(
+        f"{r} {v / 1e9:.0f} GFLOP/s" for r, v in routes["rates"].items()) + f" (measured {routes['measured_at']})")
     rate["fma_peak"] = fma_peak(args.threads)
     peak = rate["fma_peak"]["flops_per_s"]
     print(f"model: {facts['non_embedding_params'] / 1e6:.1f} M non-embedding parameters; fp32 matmul rate "
@@ -408,8 +419,12 @@ def main(argv=None) -> int:
           f"{rate['x640_at_640x2048_flops_per_s'] / 1e9:.1f} GFLOP/s ((512x640)@(640x2048)); FMA peak "
           + (f"{peak / 1e9:.1f} GFLOP/s (matmul rate = {rate['layer_flops_per_s'] / peak:.0%} of it)" if peak
              else f"not measured ({rate['fma_peak']['why']})"))
+    if rate["fma_peak"].get("bf16_dot_flops_per_s"):
+        print(f"AVX-512 BF16 dot-product peak {rate['fma_peak']['bf16_dot_flops_per_s'] / 1e9:.1f} GFLOP/s "
+              f"({rate['fma_peak']['bf16_dot_flops_per_s'] / peak:.2f}x the fp32 FMA peak)")
     report = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
-                          "cpus": os.cpu_count(), "python": platform.python_version()},
+                          "cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu,
+                          "cpu_line": describe_cpu(cpu), "gemm_rates_by_route": routes},
               "settings": {"repeats": args.repeats, "threads": args.threads, "slow": args.slow,
                            "quick": args.quick}, "model": facts, "matmul": rate, "workloads": {}}
     tmp = Path(tempfile.mkdtemp(prefix="peers-"))
@@ -457,6 +472,10 @@ def main(argv=None) -> int:
             rows["bound"] = {"seconds": (flops_floor + attn) / peak, "tokens": summary["trie_tokens"],
                              "flops": flops_floor + attn}
         print("\n" + table(name, summary, rows))
+        f32, b16 = rows.get("logitjudge-fp32", {}), rows.get("logitjudge-bf16", {})
+        if "seconds" in f32 and "seconds" in b16:  # the check: bf16 >= 1.3x fp32 where bf16 GEMMs are fast
+            print(f"bf16 vs fp32 ({name}): {f32['seconds'] / b16['seconds']:.2f}x faster; GEMM routes "
+                  f"{f32.get('gemm_route')} / {b16.get('gemm_route')}")
         if "llama.cpp-b64" in rows and "max_abs_dp_vs_n_batch_512" in rows["llama.cpp-b64"]:
             print(f"llama.cpp determinism ({name}): max abs dp between n_batch=512 and n_batch=64: "
                   f"{rows['llama.cpp-b64']['max_abs_dp_vs_n_batch_512']:.2e} (renormalised), "

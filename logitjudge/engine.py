@@ -98,6 +98,8 @@ class Engine:
         # (ids, prefix, *, capture, select) -> (hidden, captured); the native step function holds its model
         self._forward = (NativeGemma3(self.model) if prefix_mode == "native"
                          else functools.partial(FORWARDS[prefix_mode], self.model))
+        # how the GEMMs ran: the native route (fp32, bf16, bf16_upcast, plain) or transformers' modules
+        self.gemm_route = getattr(self._forward, "route", "transformers")
         self.n_layers = n_layers(self.model)
         weight, self._scale, self._softcap = head_params(self.model)
         self._weight = weight if weight.dtype == torch.float32 else weight.float()  # fp32 read-out, once

@@ -246,13 +246,17 @@ class _TokenizerOnly:
 
 def load_judge(spec: Spec):
     """The judge model of a (validated) spec; an unreachable id fails in one line before any loading."""
+    from .autodtype import resolve_dtype
     from .models import check_available, load_model, set_threads
 
     m = spec.model
     set_threads(m.threads)
     source = _model_source(spec)
     check_available(source)
-    return load_model(source, dtype=m.dtype, device=m.device, quantize=m.quantize)
+    dtype, why = resolve_dtype(m.dtype, m.device)  # auto: measured once per machine (cached)
+    lm = load_model(source, dtype=dtype, device=m.device, quantize=m.quantize)
+    lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": why}
+    return lm
 
 
 def score_experiment(exp: Experiment, lm, *, progress: bool = True) -> ScoreTable:

@@ -5,9 +5,10 @@ larger kernels, because on a CPU the time goes to GEMMs and to the passes over m
 
 * q/k/v and gate/up run as one GEMM each; the model's own ``nn.Linear`` weights become views into the fused
   matrices, so no memory is added and the model still runs unchanged through transformers;
-* on CPU in fp32 (and bf16 where the CPU has bf16 GEMMs) the projection weights are also kept pre-packed for
-  oneDNN (no per-call re-layout), and the gate GEMM applies GELU and the up GEMM the product in oneDNN's
-  epilogues;
+* on CPU in fp32 and bf16 the projection weights are also kept pre-packed for oneDNN (no per-call re-layout),
+  and the gate GEMM applies GELU and the up GEMM the product in oneDNN's epilogues; bf16 weights are packed for
+  the CPU's bf16 GEMMs, or as fp32 copies run on the fp32 FMA units where those are faster (measured once per
+  CPU, :func:`gemm_route`);
 * on CPU the passes between GEMMs are fused C row kernels (``logitjudge_kernels.cpu_norm``: q/k norm + RoPE
   written in the attention layout; residual add + norm + the next norm in one pass) and attention is a C
   kernel (``logitjudge_kernels.cpu_attention``), both computing in fp32; elsewhere their PyTorch references
@@ -90,19 +91,26 @@ PACK_MAX_BYTES = 2 << 30  # oneDNN-packed copies of the projection weights are m
 class _Weight:
     """A projection weight (out, in) and, optionally, a oneDNN-packed copy of it. Packing once saves the
     per-call re-layout: 15-25% faster fp32 GEMMs on the shapes of Gemma-3-270M (``benchmarks/peers.py`` prints
-    both rates: ``layer_flops_per_s_by_path`` in its JSON)."""
+    both rates: ``layer_flops_per_s_by_path`` in its JSON). ``upcast``: a bf16/fp16 weight whose packed copy is
+    fp32 (exactly its values); the GEMM then runs on fp32 FMAs with the input upcast and the output rounded back
+    to the input's dtype: on CPUs whose bf16 dot products are slower than fp32 FMAs
+    (:func:`logitjudge.autodtype.bf16_route`)."""
 
-    __slots__ = ("weight", "packed")
+    __slots__ = ("weight", "packed", "upcast")
 
-    def __init__(self, weight: torch.Tensor, pack: bool):
+    def __init__(self, weight: torch.Tensor, pack: bool, upcast: bool = False):
         self.weight = weight
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 256) if pack else None
+        self.upcast = bool(pack and upcast and weight.dtype != torch.float32)
+        src = weight.float() if self.upcast else weight
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(src, 256) if pack else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
             return F.linear(x, self.weight)
-        out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.packed, None, "none", [], "")
-        return out.view(*x.shape[:-1], self.weight.shape[0])
+        x2 = x.reshape(-1, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(x2.float() if self.upcast else x2, self.packed, None, "none", [],
+                                                 "")
+        return (out.to(x.dtype) if self.upcast else out).view(*x.shape[:-1], self.weight.shape[0])
 
 
 class _GeluGate:
@@ -114,24 +122,27 @@ class _GeluGate:
 
     __slots__ = ("weight", "gate", "up")
 
-    def __init__(self, weight: torch.Tensor, pack: bool):
+    def __init__(self, weight: torch.Tensor, pack: bool, upcast: bool = False):
         self.weight = weight
         half = weight.shape[0] // 2
-        self.gate, self.up = _Weight(weight[:half], pack), _Weight(weight[half:], pack)
+        self.gate, self.up = _Weight(weight[:half], pack, upcast), _Weight(weight[half:], pack, upcast)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate.packed is None:
             gate, up = F.linear(x, self.weight).chunk(2, dim=-1)
             return F.gelu(gate, approximate="tanh").mul_(up)
         x2 = x.reshape(-1, x.shape[-1])
+        if self.up.upcast:
+            x2 = x2.float()
         gate = torch.ops.mkldnn._linear_pointwise(x2, self.gate.packed, None, "gelu", [], "tanh")
         out = torch.ops.mkldnn._linear_pointwise.binary(x2, gate, self.up.packed, None, "mul")
+        if self.up.upcast:
+            out = out.to(x.dtype)
         return out.view(*x.shape[:-1], self.up.weight.shape[0])
 
 
 def _bf16_gemms_available() -> bool:
-    """oneDNN has native bf16 GEMMs on this CPU (AVX-512 BF16 / AMX): packing bf16 weights pays (8x350 bf16:
-    7.5 -> 7.1 s); without them oneDNN would emulate."""
+    """oneDNN has native bf16 GEMMs on this CPU (AVX-512 BF16 / AMX); without them oneDNN would emulate."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -140,6 +151,24 @@ def _bf16_gemms_available() -> bool:
 
 def _packing_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+def gemm_route(dtype: torch.dtype, device: torch.device) -> str:
+    """How the native path runs the projections of a model in ``dtype`` on ``device``: "fp32" (oneDNN-packed),
+    "bf16" (packed for the CPU's bf16 GEMMs), "bf16_upcast" (bf16 weights, fp32 packed copies and FMAs: where
+    the CPU's bf16 dot products measured slower, e.g. AVX-512 BF16 without AMX on Intel, or none at all) or
+    "plain" (``F.linear`` on the weights as they are: GPUs, fp16, no oneDNN)."""
+    if device.type != "cpu" or not _packing_available():
+        return "plain"
+    if dtype == torch.float32:
+        return "fp32"
+    if dtype != torch.bfloat16:
+        return "plain"
+    if not _bf16_gemms_available():
+        return "bf16_upcast"
+    from .autodtype import bf16_route
+
+    return bf16_route("cpu")
 
 
 @dataclass
@@ -162,7 +191,8 @@ class NativeGemma3:
     """Prepared once per model; called like :func:`logitjudge.forward.forward_shared`.
 
     ``pack``: keep oneDNN-packed copies of the projection weights (faster GEMMs on CPU, more memory); None = on
-    CPU in fp32, or in bf16 where the CPU has bf16 GEMMs, when those weights take at most ``PACK_MAX_BYTES``."""
+    CPU in fp32 or bf16 (:func:`gemm_route`) when those copies take at most ``PACK_MAX_BYTES``. ``route`` says
+    which GEMMs run."""
 
     def __init__(self, model, *, pack: bool | None = None):
         reason = native_support(model)
@@ -178,20 +208,24 @@ class NativeGemma3:
         self.softcap = getattr(cfg, "attn_logit_softcapping", None)
         self.final_norm = _norm_weight(dec.norm)
         layers = dec.layers[:cfg.num_hidden_layers]
+        w = layers[0].self_attn.q_proj.weight
+        self.route = gemm_route(w.dtype, w.device)
         if pack is None:
-            size = sum(m.weight.numel() * m.weight.element_size()
+            per = 4 if self.route in ("fp32", "bf16_upcast") else w.element_size()  # bytes of a packed element
+            size = sum(m.weight.numel() * per
                        for layer in layers for m in (*_attn_linears(layer), *_mlp_linears(layer)))
-            w = layers[0].self_attn.q_proj.weight
-            pack = w.device.type == "cpu" and size <= PACK_MAX_BYTES and (
-                w.dtype == torch.float32 or (w.dtype == torch.bfloat16 and _bf16_gemms_available()))
+            pack = self.route != "plain" and size <= PACK_MAX_BYTES
         self.packed = bool(pack) and _packing_available()
+        if not self.packed:
+            self.route = "plain"
         self.layers = []
-        pk = self.packed
+        pk, up = self.packed, self.route == "bf16_upcast"
         for i, layer in enumerate(layers):
             a, mlp = layer.self_attn, layer.mlp
             self.layers.append(_Layer(
-                _Weight(_fuse((a.q_proj, a.k_proj, a.v_proj)), pk), _Weight(a.o_proj.weight.detach(), pk),
-                _GeluGate(_fuse((mlp.gate_proj, mlp.up_proj)), pk), _Weight(mlp.down_proj.weight.detach(), pk),
+                _Weight(_fuse((a.q_proj, a.k_proj, a.v_proj)), pk, up), _Weight(a.o_proj.weight.detach(), pk, up),
+                _GeluGate(_fuse((mlp.gate_proj, mlp.up_proj)), pk, up),
+                _Weight(mlp.down_proj.weight.detach(), pk, up),
                 _norm_weight(layer.input_layernorm), _norm_weight(layer.post_attention_layernorm),
                 _norm_weight(layer.pre_feedforward_layernorm), _norm_weight(layer.post_feedforward_layernorm),
                 _norm_weight(a.q_norm), _norm_weight(a.k_norm), cfg.layer_types[i], a.sliding_window))
@@ -214,6 +248,8 @@ class NativeGemma3:
         starts = torch.tensor([p.length for p, n in groups for _ in range(n)], device=ids.device)
         pos = starts[:, None] + torch.arange(S, device=ids.device)  # (B, S) absolute positions
         x = self.embed(ids)  # (B, S, d)
+        if self.route == "bf16_upcast":  # bf16 weights on fp32 FMAs: activations stay fp32, no casts per op
+            x = x.float()
         ropes = {t: self.rotary(x, pos, t) for t in {lw.layer_type for lw in self.layers}}  # (B, S, D) each
         captured = [] if capture else None
         H, Hkv, D = self.heads, self.kv_heads, self.head_dim
@@ -225,8 +261,8 @@ class NativeGemma3:
             pruned = i == last and select is not None
             # k, v (B, Hkv, S, D) in their own memory: children's prefixes are views of them
             if pruned:  # only k/v for all positions; queries only at the read positions, below
-                _, k, v = qk_norm_rope(F.linear(h, lw.w_qkv.weight[H * D:]), lw.q_norm, lw.k_norm, cos, sin,
-                                       heads=0, kv_heads=Hkv, eps=self.eps)
+                kv = F.linear(h, lw.w_qkv.weight[H * D:].to(h.dtype))
+                _, k, v = qk_norm_rope(kv, lw.q_norm, lw.k_norm, cos, sin, heads=0, kv_heads=Hkv, eps=self.eps)
             else:
                 q, k, v = qk_norm_rope(lw.w_qkv(h), lw.q_norm, lw.k_norm, cos, sin, heads=H, kv_heads=Hkv,
                                        eps=self.eps)  # q (B, Hq, S, D)
@@ -234,7 +270,7 @@ class NativeGemma3:
                 captured.append((k, v))
             if pruned:  # the read positions' queries, from their own hidden states
                 rows, offs = select
-                qs = F.linear(h[rows, offs], lw.w_qkv.weight[:H * D]).view(-1, H, D)
+                qs = F.linear(h[rows, offs], lw.w_qkv.weight[:H * D].to(h.dtype)).view(-1, H, D)
                 qs = rotate_ref(rms_norm(qs, lw.q_norm, self.eps), cos[rows, offs, None], sin[rows, offs, None])
                 o = torch.empty_like(qs)
                 a = 0

@@ -1,0 +1,106 @@
+"""``--dtype auto``: the choice follows the measured GEMM rates and the accepted tolerance; rates are cached per
+machine; the native path's bf16 route follows the same rates; the CLI records the choice in the table meta."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import logitjudge.autodtype as ad
+
+GF = 1e9
+
+
+@pytest.fixture
+def rates(monkeypatch, tmp_path):
+    """Injects measured rates (GFLOP/s per route) into a fresh cache directory; returns the setter."""
+    monkeypatch.setenv("LOGITJUDGE_CACHE", str(tmp_path))
+    ad._gemm_rates.cache_clear()
+    calls = []
+
+    def set_rates(**r):
+        monkeypatch.setattr(ad, "measure_gemm_rates",
+                            lambda device="cpu", repeats=7: calls.append(device) or {k: v * GF for k, v in r.items()})
+        ad._gemm_rates.cache_clear()
+        (tmp_path / "gemm_rates.json").unlink(missing_ok=True)
+        return calls
+
+    yield set_rates
+    ad._gemm_rates.cache_clear()
+
+
+def test_explicit_dtypes_pass_through_and_strict_tolerance_keeps_fp32(rates):
+    calls = rates(fp32=100, bf16=400, bf16_upcast=90)
+    assert ad.resolve_dtype("bf16")[0] == "bf16" and ad.resolve_dtype("fp32")[0] == "fp32"
+    dtype, why = ad.resolve_dtype("auto", tolerance=0.01)
+    assert dtype == "fp32" and "0.01" in why and "0.05" in why
+    assert calls == []  # nothing measured when only fp32 qualifies
+
+
+@pytest.mark.parametrize(("bf16", "upcast", "want"), [(200, 95, "bf16"), (119, 95, "fp32"), (60, 97, "fp32"),
+                                                      (120, 50, "bf16")])
+def test_auto_takes_bf16_only_when_measured_min_speedup_faster(rates, bf16, upcast, want):
+    rates(fp32=100, bf16=bf16, bf16_upcast=upcast)
+    dtype, why = ad.resolve_dtype("auto", "cpu")
+    assert dtype == want
+    assert "vs fp32 100" in why and f"{max(bf16, upcast) / 100:.2f}x" in why and ad.cpu_model() in why
+
+
+def test_bf16_route_is_the_faster_measured_one(rates):
+    rates(fp32=300, bf16=175, bf16_upcast=290)  # Intel Xeon, AVX-512 BF16 without AMX (measured)
+    assert ad.bf16_route() == "bf16_upcast"
+    rates(fp32=210, bf16=390, bf16_upcast=200)
+    assert ad.bf16_route() == "bf16"
+
+
+def test_rates_are_measured_once_per_machine_and_cached_on_disk(rates, tmp_path):
+    calls = rates(fp32=100, bf16=50, bf16_upcast=99)
+    first = ad.gemm_rates("cpu")
+    ad._gemm_rates.cache_clear()  # a new process: read back from the file, not measured again
+    again = ad.gemm_rates("cpu")
+    assert calls == ["cpu"] and first == again
+    saved = json.loads((tmp_path / "gemm_rates.json").read_text())
+    key = ad.machine_key("cpu")
+    assert key in saved and saved[key]["rates"]["bf16"] == 50 * GF
+    assert ad.cpu_model() in key and f"{torch.get_num_threads()} threads" in key
+
+
+def test_measured_rates_are_positive_for_every_route():
+    r = ad.measure_gemm_rates("cpu", repeats=1)
+    assert set(r) == {"fp32", "bf16", "bf16_upcast"} and all(v > 0 for v in r.values())
+
+
+def test_cpu_description_names_model_and_isa():
+    info = ad.cpu_info()
+    line = ad.describe_cpu(info)
+    assert info["model"] in line and "ISA:" in line
+    assert set(info["isa"]) <= set(ad.ISA_FLAGS)
+    assert all(f in line for f in info["isa"])
+
+
+def test_cli_auto_records_the_choice_in_the_table_meta(rates, tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import fresh_tiny_lm
+
+    from logitjudge.cli import main
+    from logitjudge.table import ScoreTable
+
+    lm = fresh_tiny_lm()
+    model_dir = tmp_path / "tiny"
+    lm.model.save_pretrained(model_dir)
+    lm.tokenizer.save_pretrained(model_dir)
+    texts = tmp_path / "t.jsonl"
+    texts.write_text(json.dumps({"id": "a", "text": "The cat sat on the mat."}) + "\n")
+    rates(fp32=100, bf16=60, bf16_upcast=98)
+    out = tmp_path / "t.npz"
+    assert main(["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "fixed:2",
+                 "--dtype", "auto", "--out", str(out), "--quiet"]) == 0
+    meta = ScoreTable.load(out).meta
+    assert meta["dtype"] == "fp32"
+    assert meta["dtype_choice"]["asked"] == "auto" and meta["dtype_choice"]["chosen"] == "fp32"
+    assert "0.98x" in meta["dtype_choice"]["reason"] and meta["dtype_choice"]["gemm_route"] in ("fp32", "plain")
