@@ -20,8 +20,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (accelerate device_map)")
     p.add_argument("--quantize", choices=["4bit", "8bit"], default=None, help="bitsandbytes, CUDA only")
     p.add_argument("--token-budget", type=int, default=4096, help="rows x padded tokens per forward batch")
-    p.add_argument("--prefix-mode", default="auto", choices=["auto", "native", "shared", "copy"],
-                   help="auto: the native Gemma-3 step function where supported, else shared")
+    p.add_argument("--prefix-mode", default="auto", choices=["auto", "native", "shared", "copy", "plain"],
+                   help="auto: the fastest mode that computes this model exactly (native, shared, copy, plain)")
+    p.add_argument("--attn-implementation", default=None,
+                   help="transformers attention implementation (sdpa, eager, flash_attention_2, ...); default: "
+                        "SDPA where the model supports it, else its own eager attention")
+    p.add_argument("--verify", type=int, default=None, metavar="N",
+                   help="exactness audit: recompute N random prompts with the plain forward first and stop if any "
+                        "probability differs by more than 1e-5 (default: 3 for untested architectures, else 0)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: the CPUs this process may run on)")
 
@@ -84,8 +90,12 @@ def cmd_score(args) -> int:
 
     device = rank_device(args.device, current(args.device))  # under torchrun: one GPU per rank
     set_threads(args.threads)
-    lm = load_model(args.model, dtype=args.dtype, device=device, quantize=args.quantize)
+    lm = load_model(args.model, dtype=args.dtype, device=device, quantize=args.quantize,
+                    attn_implementation=args.attn_implementation)
     engine = Engine(lm, token_budget=args.token_budget, prefix_mode=args.prefix_mode)
+    from .verify import audit_run
+
+    audit_run(engine, items, rubric, orders, load_template(args.template), args.verify, rng=args.seed)
     if args.multi_criteria:
         from .multi import score_multi
         from .orderings import cross

@@ -208,7 +208,8 @@ def run_meta(lm, rubric, template, engine, elapsed, extra=None) -> dict:
             "torch_threads": torch.get_num_threads(), "row_kernels": _row_kernels(lm, engine),
             "versions": {"logitjudge": __version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "numpy": np.__version__},
-            "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats), **(extra or {})}
+            "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats),
+            **getattr(engine, "mode_meta", {}), **(extra or {})}
 
 
 def _row_kernels(lm, engine) -> str | None:
