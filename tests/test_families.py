@@ -23,8 +23,8 @@ from logitjudge.engine import Engine, EngineError, plain_prompt_logprobs
 from logitjudge.items import Item
 from logitjudge.models import LoadedModel
 from logitjudge.prompts import builtin_template
-from logitjudge.rubric import likert
 from logitjudge.rubric import Rubric as _Rubric
+from logitjudge.rubric import likert
 from logitjudge.scoring import distribution, item_prompts
 
 PROB_ATOL = 1e-5
