@@ -95,7 +95,9 @@ def cmd_score(args) -> int:
     engine = Engine(lm, token_budget=args.token_budget, prefix_mode=args.prefix_mode)
     from .verify import audit_run
 
-    audit_run(engine, items, rubric, orders, load_template(args.template), args.verify, rng=args.seed)
+    # multi-criteria runs are audited on the same items' single-criterion prompts (same model, same mode)
+    audit_run(engine, items, rubric, orders, None if args.multi_criteria else args.template, args.verify,
+              rng=args.seed)
     if args.multi_criteria:
         from .multi import score_multi
         from .orderings import cross

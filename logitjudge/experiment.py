@@ -9,7 +9,10 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     dtype = "fp32"                     # fp32 | bf16 | fp16
     device = "cpu"                     # cpu | cuda | cuda:N | auto
     token_budget = 4096
-    prefix_mode = "auto"               # auto | native | shared | copy
+    prefix_mode = "auto"               # auto | native | shared | copy | plain
+    # attn_implementation = "eager"    # transformers attention (default: SDPA, else the model's eager)
+    # verify = 3                       # exactness audit: N prompts against the plain forward (default:
+    #                                  # 3 for untested architectures, else 0)
     # threads = 2                      # torch CPU threads (default: the CPUs this process may run on)
     # quantize = "4bit"                # 4bit | 8bit (CUDA only)
     [data]
@@ -72,7 +75,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     "model": {"id": ("str", "gemma-3-270m", '"gemma-3-270m"'), "dtype": ("fp32|bf16|fp16", "fp32", '"fp32"'),
               "device": ("str", "cpu", '"cpu"'), "token_budget": ("int", 4096, "4096"),
               "threads": ("int", None, "2"),
-              "prefix_mode": ("auto|native|shared|copy", "auto", '"auto"'),
+              "prefix_mode": ("auto|native|shared|copy|plain", "auto", '"auto"'),
+              "attn_implementation": ("str", None, '"eager"'), "verify": ("int", None, "3"),
               "quantize": ("4bit|8bit", None, '"4bit"')},
     "data": {"name": ("str", None, '"hanna"'), "texts": ("str", None, '"texts.jsonl"'),
              "rubric": ("str", None, '"default"'), "limit": ("int", None, "22"),
@@ -88,7 +92,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     "analysis": {"n_boot": ("int", 1000, "1000"), "method": ("pearson|spearman|kendall", "pearson", '"pearson"'),
                  "seed": ("int", 0, "0"), "n_draws": ("int", 100, "100")},
 }
-MINIMUM = {("model", "token_budget"): 1, ("data", "limit"): 1, ("data", "per_group"): 1,
+MINIMUM = {("model", "token_budget"): 1, ("model", "verify"): 0, ("data", "limit"): 1, ("data", "per_group"): 1,
            ("prompts", "max_continuations"): 1, ("analysis", "n_boot"): 0, ("analysis", "n_draws"): 1}
 
 
@@ -317,7 +321,8 @@ def load_judge(spec: dict):
     model_id = m["id"]
     if spec["_base"] is not None and not Path(model_id).is_absolute() and (Path(spec["_base"]) / model_id).is_dir():
         model_id = str(Path(spec["_base"]) / model_id)
-    return load_model(model_id, dtype=m["dtype"], device=m["device"], quantize=m["quantize"])
+    return load_model(model_id, dtype=m["dtype"], device=m["device"], quantize=m["quantize"],
+                      attn_implementation=m["attn_implementation"])
 
 
 def fingerprint(exp: Experiment, lm) -> str:
@@ -352,6 +357,11 @@ def score_experiment(exp: Experiment, lm, *, progress: bool = True) -> ScoreTabl
                            "seed": od["seed"]}}
     m = exp.spec["model"]
     engine = Engine(lm, token_budget=m["token_budget"], prefix_mode=m["prefix_mode"])
+    from .verify import audit_run
+
+    # multi-criteria runs are audited on the same items' single-criterion prompts (same model, same mode)
+    audit_run(engine, exp.items, exp.rubric, exp.option_orders, None if pr["multi_criteria"] else exp.template,
+              m["verify"], rng=od["seed"])
     exp.out.mkdir(parents=True, exist_ok=True)
     if pr["multi_criteria"]:
         from .multi import score_multi

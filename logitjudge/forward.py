@@ -157,10 +157,11 @@ def install_shared_attention(model) -> None:
     AttentionInterface.register(name, _shared_prefix_attention_hf)
     if name not in ALL_MASK_ATTENTION_FUNCTIONS:
         AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
-    for m in model.modules():  # every (sub-)config the attention modules read
+    for m in model.modules():  # every (sub-)config the attention modules read (a saved config may carry an old one)
         cfg = getattr(m, "config", None)
-        if cfg is not None and not hasattr(cfg, _BASE_ATTR):
-            setattr(cfg, _BASE_ATTR, getattr(cfg, "_attn_implementation", None) or base)
+        impl = getattr(cfg, "_attn_implementation", None) or base
+        if cfg is not None and not impl.startswith(ATTN_NAME):
+            setattr(cfg, _BASE_ATTR, impl)
     model.set_attn_implementation(name)
     if linear_layer_indices(model):
         install_linear_attention(model, PREFIX_KWARG)

@@ -81,11 +81,14 @@ def verify_exactness(engine, groups: list, n: int, *, rng=0, tol: float = DEFAUL
 def audit_run(engine, items, rubric, option_orders, template, n: int | None, *, rng=0,
               tol: float = DEFAULT_TOL) -> AuditResult:
     """The audit before a run: ``n`` prompts (None: :func:`~logitjudge.capabilities.default_audit_prompts`)
-    drawn from up to ``n`` random items' single-criterion prompts; the result goes into ``engine.mode_meta``
-    (copied into the table's meta). Raises :class:`ExactnessError` when it fails."""
+    drawn from up to ``n`` random items' single-criterion prompts (``template``: a Template, a name or None for
+    the default); the result goes into ``engine.mode_meta`` (copied into the table's meta). Raises
+    :class:`ExactnessError` when it fails."""
     from .capabilities import default_audit_prompts
+    from .prompts import load_template
     from .scoring import item_prompts
 
+    template = load_template(template)
     n = default_audit_prompts(engine.model) if n is None else n
     gen = np.random.default_rng(rng)
     picked = sorted(gen.choice(len(items), size=min(n, len(items)), replace=False)) if n else []

@@ -255,3 +255,19 @@ def test_verify_catches_an_unknown_attention_bias(tmp_path, tok):
     assert res.n_prompts == 4 and res.max_abs_diff < PROB_ATOL
     plain_eng = Engine(lm, prefix_mode="plain")
     assert audit_run(plain_eng, texts(), rub, orders, tpl, 2).max_abs_diff < PROB_ATOL
+
+    # through the CLI: the run stops with one line and writes no table
+    from logitjudge.cli import main
+
+    folder, out = tmp_path / "llama", tmp_path / "biased.npz"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    texts_path = tmp_path / "texts.jsonl"
+    texts_path.write_text("".join(json.dumps({"id": it.id, "text": it.text}) + "\n" for it in texts()))
+    rub_path = tmp_path / "rubric.json"
+    rub_path.write_text(json.dumps(rub.to_dict()))
+    args = ["score", "--model", str(folder), "--texts", str(texts_path), "--rubric", str(rub_path), "--quiet",
+            "--attn-implementation", "test_biased", "--out", str(out)]
+    assert main([*args, "--verify", "3"]) == 2
+    assert not out.exists()
+    assert main([*args, "--verify", "3", "--prefix-mode", "plain"]) == 0  # the exact mode passes the audit
