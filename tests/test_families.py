@@ -29,8 +29,15 @@ from logitjudge.scoring import distribution, item_prompts
 
 PROB_ATOL = 1e-5
 STORY = "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly. "
-SMALL = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-             max_position_embeddings=1024, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _small(width: int) -> dict:
+    """The shared sizes: hidden ``width`` (64 in the tests; benchmarks/families.py scales it), 2 query heads per
+    KV head (GQA), short vocabularies from the tiny tokenizer."""
+    heads = max(4, width // 16)
+    return dict(hidden_size=width, intermediate_size=width * 3 // 2, num_attention_heads=heads,
+                num_key_value_heads=heads // 2, max_position_embeddings=4096, pad_token_id=0, bos_token_id=1,
+                eos_token_id=2)
 
 
 def _cfg(name, **kw):
@@ -39,10 +46,11 @@ def _cfg(name, **kw):
     return getattr(transformers, name)(**kw)
 
 
-def build(family: str, vocab: int):
-    """(model, attention implementation it runs) for a family: 2-4 layers, hidden 64, fp32, seeded."""
+def build(family: str, vocab: int, *, width: int = 64):
+    """(model, attention implementation it runs) for a family: 2-4 layers, hidden ``width``, fp32, seeded."""
     import transformers as tf
 
+    SMALL = _small(width)
     torch.manual_seed(0)
     attn = "sdpa"
     if family == "llama":
@@ -69,7 +77,8 @@ def build(family: str, vocab: int):
         cfg = _cfg("Phi3Config", vocab_size=vocab, num_hidden_layers=2, tie_word_embeddings=False, **SMALL)
         cls = tf.Phi3ForCausalLM
     elif family == "gpt2":
-        cfg = _cfg("GPT2Config", vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=1024,
+        cfg = _cfg("GPT2Config", vocab_size=vocab, n_embd=width, n_layer=2, n_head=SMALL["num_attention_heads"],
+                   n_positions=4096,
                    bos_token_id=1, eos_token_id=2)
         cls = tf.GPT2LMHeadModel
     elif family == "olmo2":
