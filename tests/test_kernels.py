@@ -187,9 +187,9 @@ def _sink_truth(inputs, scale, window, sinks):
     L, S = kp.shape[1], q.shape[2]
     diff = torch.arange(L, L + S)[:, None] - torch.arange(L + S)[None, :]
     vis = (diff >= 0) if window is None else (diff >= 0) & (diff < window)
-    mask = torch.zeros(vis.shape, dtype=torch.float64).masked_fill(~vis, float("-inf"))[None, None]
+    mask = torch.zeros(vis.shape, dtype=torch.float64).masked_fill(~vis, float("-inf"))[None, None].to(q.device)
     module = torch.nn.Module()
-    module.sinks, module.num_key_value_groups = sinks.double(), q.shape[1] // k.shape[1]
+    module.sinks, module.num_key_value_groups = sinks.double().to(q.device), q.shape[1] // k.shape[1]
     out, _ = eager_attention_forward(module, q, k, v, mask, scaling=scale)
     return out.transpose(1, 2)  # (B, Hq, S, D)
 
@@ -509,6 +509,21 @@ def test_gpu_attention(dtype, Hq, Hkv, D, window, softcap):
     out = shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=window, softcap=softcap)
     kw = dict(scale=D**-0.5, sliding_window=window, softcap=softcap)
     _assert_attention_close(out, inputs, atol32=GPU_FP32_ATOL, **kw)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype,atol", [(torch.bfloat16, 2 * LOWP_ATOL[torch.bfloat16]),
+                                        (torch.float32, GPU_FP32_ATOL)])
+def test_gpu_attention_sinks_gpt_oss_shapes(dtype, atol):
+    """GPT-OSS heads (64 query, 8 KV, D 64), sliding window 128 and full, sinks: Triton against transformers'
+    definition in fp64."""
+    inputs = _attn_inputs(8, 64, 8, 90, 700, 64, dtype, device="cuda", seed=12)
+    sinks = torch.randn(64, generator=torch.Generator().manual_seed(3)).mul(2).cuda()
+    for window in (128, None):
+        out = shared_prefix_attention(*inputs, scale=0.125, sliding_window=window, sinks=sinks, backend="triton")
+        err = (out.double() - _sink_truth(inputs, 0.125, window, sinks)).abs().max().item()
+        assert err <= atol, (window, err)
 
 
 @pytest.mark.gpu
