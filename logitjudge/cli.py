@@ -27,7 +27,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                         "SDPA where the model supports it, else its own eager attention")
     p.add_argument("--verify", type=int, default=None, metavar="N",
                    help="exactness audit: recompute N random prompts with the plain forward first and stop if any "
-                        "probability differs by more than 1e-5 (default: 3 for untested architectures, else 0)")
+                        "probability differs by more than 1e-5 (fp32; bf16/fp16: 0.05) (default: 3 for untested "
+                        "architectures, else 0)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: the CPUs this process may run on)")
 

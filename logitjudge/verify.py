@@ -17,6 +17,16 @@ import numpy as np
 from .engine import EngineError, plain_prompt_logprobs
 
 DEFAULT_TOL = 1e-5  # absolute, on each option probability (normalised over the options), fp32 models
+LOW_PRECISION_TOL = 0.05  # bf16/fp16 weights: the README's stated tolerance of those paths against fp32
+
+
+def default_tol(model) -> float:
+    """:data:`DEFAULT_TOL` for an fp32 model, :data:`LOW_PRECISION_TOL` when its weights are bf16/fp16 (the
+    engine's and the plain path's roundings then differ by more than fp32 reassociation)."""
+    import torch
+
+    dtype = next(model.parameters()).dtype
+    return DEFAULT_TOL if dtype in (torch.float32, torch.float64) else LOW_PRECISION_TOL
 
 
 class ExactnessError(EngineError):
@@ -79,11 +89,11 @@ def verify_exactness(engine, groups: list, n: int, *, rng=0, tol: float = DEFAUL
 
 
 def audit_run(engine, items, rubric, option_orders, template, n: int | None, *, rng=0,
-              tol: float = DEFAULT_TOL) -> AuditResult:
+              tol: float | None = None) -> AuditResult:
     """The audit before a run: ``n`` prompts (None: :func:`~logitjudge.capabilities.default_audit_prompts`)
     drawn from up to ``n`` random items' single-criterion prompts (``template``: a Template, a name or None for
-    the default); the result goes into ``engine.mode_meta`` (copied into the table's meta). Raises
-    :class:`ExactnessError` when it fails."""
+    the default); the result goes into ``engine.mode_meta`` (copied into the table's meta). ``tol`` None:
+    :func:`default_tol`. Raises :class:`ExactnessError` when it fails."""
     from .capabilities import default_audit_prompts
     from .prompts import load_template
     from .scoring import item_prompts
@@ -93,7 +103,7 @@ def audit_run(engine, items, rubric, option_orders, template, n: int | None, *, 
     gen = np.random.default_rng(rng)
     picked = sorted(gen.choice(len(items), size=min(n, len(items)), replace=False)) if n else []
     groups = [item_prompts(engine.lm, rubric, items[i], option_orders, template) for i in picked]
-    res = verify_exactness(engine, groups, n, rng=gen, tol=tol)
+    res = verify_exactness(engine, groups, n, rng=gen, tol=default_tol(engine.model) if tol is None else tol)
     if hasattr(engine, "mode_meta"):
         engine.mode_meta.update(res.meta())
     return res
