@@ -132,6 +132,16 @@ def texts() -> list[Item]:
     return [Item(f"t{k}", (STORY * r).strip()) for k, r in enumerate((1, 2, 3))]  # past every sliding window
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Hidden-64 models gain nothing from intra-op threads; on a shared 2-core machine two spinning OpenMP
+    threads made this module 7-10x slower (measured: 31 s vs 228 s for two families)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def tok():
     return tiny_tokenizer()
@@ -214,6 +224,7 @@ def test_attention_fallback_and_cli_scores_gpt_oss_and_qwen35(tmp_path, tok, cas
         out = tmp_path / f"{fam}.npz"
         assert main(["score", "--model", str(folder), "--texts", str(texts_path), "--rubric", str(rub),
                      "--out", str(out), "--quiet"]) == 0
+        torch.set_num_threads(1)  # the CLI set its own thread count
         table = ScoreTable.load(out)
         lm = load_model(str(folder))
         assert lm.info["attn_implementation"] == attn
