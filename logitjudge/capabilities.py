@@ -42,8 +42,8 @@ MODE_SUPPORT = {
     "plain": frozenset(FEATURES),
 }
 # model types with a parity test per mode in tests/test_families.py; others get an exactness audit by default
-TESTED_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "qwen3_5", "qwen3_5_text", "mistral", "phi3", "gpt2",
-                                "olmo2", "gemma2", "gemma3", "gemma3_text", "gpt_oss"})
+TESTED_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next", "mistral",
+                                "phi3", "gpt2", "olmo2", "gemma2", "gemma3", "gemma3_text", "gpt_oss"})
 DEFAULT_AUDIT_PROMPTS = 3  # --verify default for an untested model type
 KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention", "linear_attention"}
 

@@ -99,7 +99,8 @@ class PrefixKV:
         own = n - start
         if any(isinstance(k, RecurrentState) for k in self.seg_keys):
             raise ValueError("a prefix of a model with linear-attention layers cannot be cut inside a segment "
-                             "(the recurrent state exists only at its end); use prefix_mode='plain'")
+                             "(the recurrent state exists only at its end): multi-criteria slot caches are not "
+                             "supported for this model")
         return PrefixKV([k[:, :own] for k in self.seg_keys], [v[:, :own] for v in self.seg_values], n, self.parent)
 
 

@@ -69,6 +69,13 @@ def build(family: str, vocab: int, *, width: int = 64):
                    linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
                    linear_conv_kernel_dim=4, tie_word_embeddings=False, **SMALL)
         cls = tf.Qwen3_5ForCausalLM
+    elif family == "qwen3_next":  # Gated DeltaNet (interleaved projections) + MoE with a shared expert
+        cfg = _cfg("Qwen3NextConfig", vocab_size=vocab, num_hidden_layers=4, head_dim=32,
+                   layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=2,
+                   linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                   linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                   shared_expert_intermediate_size=32, decoder_sparse_step=1, **SMALL)
+        cls = tf.Qwen3NextForCausalLM
     elif family == "mistral":
         cfg = _cfg("MistralConfig", vocab_size=vocab, num_hidden_layers=2, sliding_window=16, head_dim=16,
                    tie_word_embeddings=False, **SMALL)
@@ -115,12 +122,12 @@ def build(family: str, vocab: int, *, width: int = 64):
     return model, attn
 
 
-FAMILIES = ["llama", "qwen2", "qwen3", "qwen3_5", "mistral", "phi3", "gpt2", "olmo2", "gemma2", "gemma3_text",
-            "gemma3", "gpt_oss"]
+FAMILIES = ["llama", "qwen2", "qwen3", "qwen3_5", "qwen3_next", "mistral", "phi3", "gpt2", "olmo2", "gemma2",
+            "gemma3_text", "gemma3", "gpt_oss"]
 # what the capability table must decide for each family: the allowed modes (the rest must be refused)
 ALLOWED = {f: {"shared", "copy", "plain"} for f in FAMILIES}
 ALLOWED["gemma3_text"] = ALLOWED["gemma3"] = {"native", "shared", "copy", "plain"}
-ALLOWED["qwen3_5"] = {"shared", "plain"}
+ALLOWED["qwen3_5"] = ALLOWED["qwen3_next"] = {"shared", "plain"}
 AUTO = {f: "shared" for f in FAMILIES} | {"gemma3_text": "native", "gemma3": "native"}
 
 
