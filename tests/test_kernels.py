@@ -485,8 +485,8 @@ def test_triton_kernels_compile_for_cuda(arch):
     try:
         shared = [
             _compile_for_cuda(pa._prefix_fwd_kernel, ptrs, consts, floats, arch, warps, stages),
-            _compile_for_cuda(pa._suffix_fwd_kernel, ptrs, dict(consts, HAS_PREFIX=True), floats, arch, warps,
-                              stages),
+            _compile_for_cuda(pa._suffix_fwd_kernel, dict(ptrs, SINK="*fp32"),
+                              dict(consts, HAS_PREFIX=True, USE_SINK=True), floats, arch, warps, stages),  # GPT-OSS
         ]
         br, bv, bk, warps, stages = ro._readout_blocks(64, 2)
         shared.append(_compile_for_cuda(
