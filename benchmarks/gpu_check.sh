@@ -2,7 +2,9 @@
 # One-shot GPU check of logitjudge, to run on a CUDA machine (from any directory):
 #   bash benchmarks/gpu_check.sh
 # 1. environment report, 2. GPU tests of the kernels (pytest -m gpu), 3. kernel benchmark (full CUDA grid),
-# 4. engine benchmark (benchmarks/engine.py --device cuda --dtype bf16) if that file exists.
+# 4. engine benchmark (benchmarks/engine.py --device cuda --dtype bf16) if that file exists,
+# 5. per architecture family (tests/test_families.py builders, random weights, hidden 256): the mode `auto`
+#    picks, an exactness audit against the plain forward and a throughput table (benchmarks/families.py).
 # Every step has its own timeout; the whole script stays under 8 minutes. A failing step does not stop
 # the later ones; the exit status is that of the first failure. Outputs go to ${OUT:-benchmarks/results}.
 # Nothing is installed when the packages import; otherwise logitjudge_kernels is made importable through
@@ -57,6 +59,9 @@ step gpu_tests 200 "$PYTHON" -m pytest -q -p no:cacheprovider --noconftest -m gp
   --junitxml="$OUT_DIR/gpu_tests.xml"
 
 step kernels_bench 150 "$PYTHON" benchmarks/kernels.py --device cuda --out "$OUT_DIR/kernels.json"
+
+step families 120 "$PYTHON" benchmarks/families.py --device cuda --width 256 --texts 4 --text-tokens 400 \
+  --verify 5 --out "$OUT_DIR/families.json"
 
 if [ -f benchmarks/engine.py ]; then
   LEFT=$(( 460 - ($(date +%s) - START) ))

@@ -37,9 +37,11 @@ static void pv_tile(const float *w, int64_t ld_w, int64_t c0, int64_t c1, const 
 
 /* q (B, Hkv, G, S, D); k_pre, v_pre (Hkv, L, D); k_suf, v_suf (B, Hkv, S, D); out (B, S, Hkv * G, D); all
  * contiguous. Query s of a row sits at absolute position L + s; window 0 = no sliding window. D % 32 == 0.
+ * sinks: NULL, or Hkv * G per-query-head sink logits (GPT-OSS): one more term exp(sink - m) in each row's
+ * softmax denominator (a key whose value is zero), counted once over prefix and suffix keys together.
  * Returns 0, or 1 when its scratch memory could not be allocated (out is then not written). */
 int prefix_attention_f32(const float *q, const float *k_pre, const float *v_pre, const float *k_suf,
-                          const float *v_suf, float *out, int64_t B, int64_t Hkv, int64_t G, int64_t S, int64_t L,
+                          const float *v_suf, float *out, const float *sinks, int64_t B, int64_t Hkv, int64_t G, int64_t S, int64_t L,
                           int64_t D, int64_t window, float scale, int threads) {
     int64_t Lp = (L + NP - 1) / NP, Sp = (S + NP - 1) / NP;
     int64_t rows = G * S, blocks = (rows + MR - 1) / MR, ld_sc = (Lp + Sp) * NP;
@@ -87,8 +89,11 @@ int prefix_attention_f32(const float *q, const float *k_pre, const float *v_pre,
                 float *rp = sc_pre + i * ld_sc, *rs = sc_suf + i * ld_sc;
                 float m = row_max(rp, j_lo - pp0 * NP, L - pp0 * NP, -INFINITY);
                 m = row_max(rs, u_lo - tp0 * NP, s + 1 - tp0 * NP, m);
+                float sink = sinks ? sinks[h * G + head[i]] : -INFINITY;
+                m = fmaxf(m, sink);
                 float sum = exp_keep(rp, n_pre, m, j_lo - pp0 * NP, L - pp0 * NP);
                 sum += exp_keep(rs, n_suf, m, u_lo - tp0 * NP, s + 1 - tp0 * NP);
+                if (sinks) sum += expf(sink - m);
                 inv_sum[i] = 1.0f / sum; /* > 0: every query sees at least its own key */
             }
             memset(acc, 0, sizeof(float) * MR * D);

@@ -26,8 +26,8 @@ from . import _cbuild
 from ._cbuild import c_int, f32, f32p, i64, ptr
 
 SOURCE = Path(__file__).with_name("cpu_attention.c")
-_SIGNATURES = (("prefix_attention_f32", (f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, i64, i64, i64, i64, i64,
-                                          f32, c_int), c_int),)
+_SIGNATURES = (("prefix_attention_f32", (f32p, f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, i64, i64, i64, i64,
+                                          i64, f32, c_int), c_int),)
 HEAD_DIM_MULTIPLE = 32  # the value tile is 32 floats wide
 LOW_PRECISION = (torch.bfloat16, torch.float16)  # computed in fp32 from upcast copies, returned in their dtype
 
@@ -53,10 +53,11 @@ def c_attention_refusal(q: torch.Tensor, softcap: float | None = None) -> str | 
 
 
 def shared_prefix_attention_c(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
-                              sliding_window: int | None = None) -> torch.Tensor:
+                              sliding_window: int | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """The C kernel (inputs already checked by the dispatcher; see :func:`c_attention_refusal`). bf16/fp16 inputs
-    are upcast to fp32 (copies) and the output cast back. Returns (B, Hq, S, D) in q's dtype, a view of a
-    contiguous (B, S, Hq, D) tensor."""
+    are upcast to fp32 (copies) and the output cast back. ``sinks`` (Hq,): per-head sink logits (GPT-OSS) in
+    each row's softmax denominator. Returns (B, Hq, S, D) in q's dtype, a view of a contiguous (B, S, Hq, D)
+    tensor."""
     reason = c_attention_refusal(q)
     if reason:
         raise ValueError(f"shared_prefix_attention_c cannot run: {reason}; use backend='ref'")
@@ -66,9 +67,11 @@ def shared_prefix_attention_c(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scal
     q, k_prefix, v_prefix, k_suffix, v_suffix = (t.float().contiguous() for t in (q, k_prefix, v_prefix,
                                                                                   k_suffix, v_suffix))
     out = torch.empty(B, S, Hq, D)
+    sink_ptr = None if sinks is None else ptr(sinks := sinks.float().contiguous())  # NULL: no sinks
     if out.numel():
         status = _library()[0].prefix_attention_f32(
-            ptr(q), ptr(k_prefix), ptr(v_prefix), ptr(k_suffix), ptr(v_suffix), ptr(out), B, Hkv, Hq // Hkv, S, L,
+            ptr(q), ptr(k_prefix), ptr(v_prefix), ptr(k_suffix), ptr(v_suffix), ptr(out), sink_ptr, B, Hkv,
+            Hq // Hkv, S, L,
             D, sliding_window or 0, scale, torch.get_num_threads())
         if status:
             raise MemoryError(f"the C attention kernel could not allocate its scratch for B={B}, S={S}, L={L}, "

@@ -64,7 +64,7 @@ def _visible(qpos: torch.Tensor, kpos: torch.Tensor, sliding_window: int | None)
     return vis
 
 
-def _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap) -> None:
+def _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap, sinks=None) -> None:
     named = {"q": q, "k_prefix": k_prefix, "v_prefix": v_prefix, "k_suffix": k_suffix, "v_suffix": v_suffix}
     for name, t in named.items():
         if not isinstance(t, torch.Tensor):
@@ -96,6 +96,19 @@ def _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_wind
         raise ValueError(f"sliding_window must be None or an int >= 1, got {sliding_window!r}")
     if softcap is not None and not (isinstance(softcap, (int, float)) and softcap > 0):
         raise ValueError(f"softcap must be None or a positive float, got {softcap!r}")
+    if sinks is not None and (not isinstance(sinks, torch.Tensor) or tuple(sinks.shape) != (Hq,)
+                              or sinks.device != q.device):
+        raise ValueError(f"sinks must be a ({Hq},) tensor of per-query-head sink logits on {q.device}, got "
+                         f"{tuple(sinks.shape) if isinstance(sinks, torch.Tensor) else type(sinks).__name__}")
+
+
+def apply_sinks(o: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """Attention sinks (GPT-OSS): one extra logit per query head in the softmax denominator whose value is zero.
+    ``o`` (B, Hq, S, D) normalised over all real keys (prefix and suffix merged), ``lse`` (B, Hq, S) their
+    log-sum-exp: the sink counts once, so o <- o * exp(lse - logaddexp(lse, sink)) = o * sigmoid(lse - sink)."""
+    if sinks is None:
+        return o
+    return o.float() * torch.sigmoid(lse.float() - sinks.float()[None, :, None]).unsqueeze(-1)
 
 
 # ----------------------------------------------------------------------------------------------- reference
@@ -165,14 +178,15 @@ def _suffix_part_ref(q, k_suffix, v_suffix, scale, sliding_window, softcap):
 
 
 def shared_prefix_attention_ref(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
-                                sliding_window: int | None = None,
-                                softcap: float | None = None) -> torch.Tensor:
-    """PyTorch reference: batched prefix attention + per-row suffix attention, merged by LSE (fp32 inside)."""
-    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap)
+                                sliding_window: int | None = None, softcap: float | None = None,
+                                sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """PyTorch reference: batched prefix attention + per-row suffix attention, merged by LSE (fp32 inside); the
+    sinks, if any, enter the merged denominator once (:func:`apply_sinks`)."""
+    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap, sinks)
     o_p, lse_p = _prefix_part_ref(q, k_prefix, v_prefix, scale, sliding_window, softcap)
     o_s, lse_s = _suffix_part_ref(q, k_suffix, v_suffix, scale, sliding_window, softcap)
-    o, _ = merge_attention_states(o_p, lse_p, o_s, lse_s)
-    return o.to(q.dtype)
+    o, lse = merge_attention_states(o_p, lse_p, o_s, lse_s)
+    return apply_sinks(o, lse, sinks).to(q.dtype)
 
 
 # ------------------------------------------------------------------------------------------------ CPU fused
@@ -217,32 +231,30 @@ def _suffix_cpu(q, k, v, scale: float, window: int | None):
 
 
 def shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
-                                sliding_window: int | None = None) -> torch.Tensor:
+                                sliding_window: int | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """CPU fast path: the C kernel (:mod:`.cpu_attention`) where it applies (head_dim a multiple of 32, built;
     bf16/fp16 computed in fp32), else :func:`shared_prefix_attention_aten`: the same method as the reference
     through ATen's fused flash-attention kernel for CPU (blocked, no score matrix in memory, returns the LSE),
     the parts merged by LSE; the prefix part stacks queries as in the reference; masks exist only where a
-    window cuts. No soft-cap (the dispatcher sends those to the reference)."""
-    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, None)
+    window cuts. No soft-cap (the dispatcher sends those to the reference). Sinks as in the reference."""
+    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, None, sinks)
     fn = shared_prefix_attention_c if c_attention_refusal(q) is None else shared_prefix_attention_aten
-    return fn(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, sliding_window=sliding_window)
+    return fn(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, sliding_window=sliding_window, sinks=sinks)
 
 
 def shared_prefix_attention_aten(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
-                                 sliding_window: int | None = None) -> torch.Tensor:
+                                 sliding_window: int | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """The CPU path without the C kernel: prefix and suffix parts through ATen's flash kernel, LSE-merged."""
-    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, None)
+    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, None, sinks)
     B, Hq, S, D = q.shape
     Hkv, L, _ = k_prefix.shape
     G = Hq // Hkv
     pos = torch.arange(S, device=q.device)
     o_s, lse_s = _suffix_cpu(q, _expand_heads(k_suffix, G), _expand_heads(v_suffix, G), scale, sliding_window)
     o_s, lse_s = o_s.reshape(B, Hkv, G * S, D), lse_s.reshape(B, Hkv, G * S)
-    if L == 0:
-        return o_s.reshape(B, Hq, S, D).to(q.dtype)
     lo = 0 if sliding_window is None else max(0, L - sliding_window + 1)  # keys before lo are out of every window
-    if lo >= L:
-        return o_s.reshape(B, Hq, S, D).to(q.dtype)
+    if lo >= L:  # no prefix key visible (or none at all)
+        return apply_sinks(o_s.reshape(B, Hq, S, D), lse_s.reshape(B, Hq, S), sinks).to(q.dtype)
     # the window cuts only if the farthest (query, prefix key) pair is at least a window apart
     cut = sliding_window is not None and L + S - 1 - lo >= sliding_window
     vis = _visible(L + pos, torch.arange(lo, L, device=q.device), sliding_window) if cut else None  # (S, L - lo)
@@ -255,17 +267,19 @@ def shared_prefix_attention_aten(q, k_prefix, v_prefix, k_suffix, v_suffix, *, s
     if vis is not None:  # a query that sees no prefix key gets output 0 and LSE 0 from the kernel: LSE -inf
         lse_p = lse_p.masked_fill(~vis.any(dim=1), float("-inf"))
     lse_p = lse_p.reshape(B, Hkv, G * S)
-    o, _ = merge_attention_states(o_p, lse_p, o_s, lse_s)
-    return o.reshape(B, Hq, S, D).to(q.dtype)
+    o, lse = merge_attention_states(o_p, lse_p, o_s, lse_s)
+    return apply_sinks(o.reshape(B, Hq, S, D), lse.reshape(B, Hq, S), sinks).to(q.dtype)
 
 
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, causal_offset: int = 0,
-                  sliding_window: int | None = None, softcap: float | None = None) -> torch.Tensor:
+                  sliding_window: int | None = None, softcap: float | None = None,
+                  sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Plain attention in fp32 over explicit keys: the ground truth.
 
     ``q``: (B, Hq, S, D), query i at absolute position ``causal_offset + i``; ``k``, ``v``: (B, Hkv, T, D),
     key j at absolute position j. Key visible iff ``j <= pos`` and, with a window,
-    ``pos - j < sliding_window``.
+    ``pos - j < sliding_window``. ``sinks`` (Hq,): a logit per query head appended to every row's scores and
+    dropped after the softmax, as transformers' GPT-OSS eager attention does.
     Returns (B, Hq, S, D) in q's dtype (rows without any visible key are 0).
     """
     B, Hq, S, D = q.shape
@@ -275,7 +289,12 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: f
     scores = _softcap(torch.matmul(q.float(), kf.transpose(-1, -2)) * scale, softcap)
     qpos = torch.arange(causal_offset, causal_offset + S, device=q.device)
     vis = _visible(qpos, torch.arange(k.shape[2], device=q.device), sliding_window)
-    probs = torch.softmax(scores.masked_fill(~vis, float("-inf")), dim=-1).nan_to_num(0.0)
+    scores = scores.masked_fill(~vis, float("-inf"))
+    if sinks is not None:
+        sink_col = sinks.float()[None, :, None, None].expand(B, Hq, S, 1)
+        probs = torch.softmax(torch.cat([scores, sink_col], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     return torch.matmul(probs, vf).to(q.dtype)
 
 
@@ -368,14 +387,16 @@ if HAS_TRITON:
 
     @triton.jit
     def _suffix_fwd_kernel(
-        Q, K, V, OP, LSEP, Out,
+        Q, K, V, OP, LSEP, Out, SINK,
         s_qb, s_qh, s_qs, s_qd, s_kb, s_kh, s_ks, s_kd, s_vb, s_vh, s_vs, s_vd, s_ob, s_oh, s_os, s_od,
         S, D, scale, softcap, window,
         G: tl.constexpr, HQ: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_PREFIX: tl.constexpr,
         USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+        USE_SINK: tl.constexpr,
     ):
-        """Pass 2: a row's suffix queries of head ``h``, from the prefix state on, over causal suffix keys."""
+        """Pass 2: a row's suffix queries of head ``h``, from the prefix state on, over causal suffix keys. A sink
+        logit (USE_SINK) joins the running softmax once, as a key whose value is zero."""
         pid_m = tl.program_id(0)
         pid_bh = tl.program_id(1)
         b = (pid_bh // HQ).to(tl.int64)
@@ -399,6 +420,13 @@ if HAS_TRITON:
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
             acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        if USE_SINK:
+            sink = tl.load(SINK + h).to(tl.float32)
+            m_new = tl.maximum(m_i, sink)
+            alpha = tl.exp(m_i - m_new)  # m_i = -inf (no prefix key): 0
+            l_i = l_i * alpha + tl.exp(sink - m_new)
+            acc = acc * alpha[:, None]
+            m_i = m_new
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
         lo = 0
         if USE_WINDOW:
@@ -436,11 +464,12 @@ def _attention_blocks(head_dim_block: int, elem_bytes: int) -> tuple[int, int, i
 
 def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
                                    sliding_window: int | None = None, softcap: float | None = None,
+                                   sinks: torch.Tensor | None = None,
                                    block_m: int | None = None, block_n: int | None = None) -> torch.Tensor:
     """Host wrapper of the two Triton passes (needs CUDA tensors, or CPU tensors under TRITON_INTERPRET=1)."""
     if not HAS_TRITON:
         raise RuntimeError("triton is not installed")
-    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap)
+    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap, sinks)
     B, Hq, S, D = q.shape
     Hkv, L, _ = k_prefix.shape
     if D > MAX_TRITON_HEAD_DIM or D < 1:
@@ -456,6 +485,7 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
     bm, bn = block_m or bm, block_n or bn
     flags = dict(USE_SOFTCAP=softcap is not None, USE_WINDOW=sliding_window is not None,
                  UPCAST=upcast, IEEE=q.dtype == torch.float32)
+    sink_buf = out if sinks is None else sinks.float().contiguous()  # never read without USE_SINK
     common = dict(scale=float(scale), softcap=float(softcap or 1.0), window=int(sliding_window or 0))
     has_prefix = L > 0
     if has_prefix:
@@ -471,10 +501,10 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
         o_p = lse_p = out
     grid = (triton.cdiv(S, bm), B * Hq)
     _suffix_fwd_kernel[grid](
-        q, k_suffix, v_suffix, o_p, lse_p, out,
+        q, k_suffix, v_suffix, o_p, lse_p, out, sink_buf,
         *q.stride(), *k_suffix.stride(), *v_suffix.stride(), *out.stride(),
         S, D, **common, G=G, HQ=Hq, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=BLOCK_D, HAS_PREFIX=has_prefix, **flags,
-        num_warps=warps, num_stages=stages,
+        USE_SINK=sinks is not None, num_warps=warps, num_stages=stages,
     )
     return out.to(q.dtype)
 
@@ -482,7 +512,7 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
 # --------------------------------------------------------------------------------------------- dispatcher
 def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
                             sliding_window: int | None = None, softcap: float | None = None,
-                            backend: str = "auto") -> torch.Tensor:
+                            sinks: torch.Tensor | None = None, backend: str = "auto") -> torch.Tensor:
     """Attention of B suffix rows to a shared prefix stored once; see the module docstring.
 
     Args:
@@ -492,19 +522,21 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale:
         scale: score multiplier (usually D ** -0.5 or the model's query_pre_attn_scalar ** -0.5).
         sliding_window: key at position j visible from query position a iff a - j < sliding_window.
         softcap: scores <- softcap * tanh(scores / softcap), applied after scaling, before masking.
+        sinks: (Hq,) attention-sink logits (GPT-OSS): each enters its head's softmax denominator once, across
+            the prefix and suffix parts, as a key whose value is zero.
         backend: "auto" (Triton on CUDA; on CPU without soft-cap :func:`shared_prefix_attention_cpu`: the C
             kernel of ``cpu_attention`` where it applies, else ATen's fused flash path; with soft-cap the
             reference), "ref", "triton" or "cpu".
 
     Returns: (B, Hq, S, D) in q's dtype.
     """
-    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap)
+    _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap, sinks)
     if backend == "cpu" or (backend == "auto" and q.device.type == "cpu" and softcap is None):
         if softcap is not None or q.device.type != "cpu":
             raise ValueError("backend='cpu' needs CPU tensors and no soft-cap; use backend='ref'")
         return shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale,
-                                           sliding_window=sliding_window)
+                                           sliding_window=sliding_window, sinks=sinks)
     path = resolve_backend(backend, q.device, supported=q.shape[-1] <= MAX_TRITON_HEAD_DIM)
     fn = shared_prefix_attention_triton if path == "triton" else shared_prefix_attention_ref
     return fn(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, sliding_window=sliding_window,
-              softcap=softcap)
+              softcap=softcap, sinks=sinks)

@@ -18,8 +18,9 @@ from logitjudge_kernels import label_logprobs
 
 from . import faults
 from . import trie as trie_mod
+from .capabilities import MODES, choose_mode
 from .forward import FORWARDS, PrefixKV, head_params, install_shared_attention, n_layers
-from .native import NativeGemma3, native_support
+from .native import NativeGemma3
 from .prompts import EncodedPrompt
 
 READ_CHUNK_ELEMS = 1 << 27  # 512 MiB of fp32 logits at most
@@ -69,24 +70,29 @@ class JobResult:
 class Engine:
     """Exact label log-probabilities with a shared-prefix trie.
 
-    ``prefix_mode``: "auto" (default: "native" where the model supports it, else "shared"), "native" (the
-    fused step function of :mod:`logitjudge.native`, Gemma-3), "shared" (transformers' forward with the prefix
-    KV held once, read through the shared-prefix attention function) or "copy" (the prefix copied into a
-    per-row ``DynamicCache``; works for any causal LM). ``token_budget`` bounds
+    ``prefix_mode``: "auto" (default: the fastest mode that computes the model exactly,
+    :func:`logitjudge.capabilities.choose_mode`; ``mode_meta`` says which and why), "native" (the fused step
+    function of :mod:`logitjudge.native`, Gemma-3), "shared" (transformers' forward with the prefix KV, or a
+    linear-attention layer's recurrent state, held once, read through the shared-prefix attention function),
+    "copy" (the prefix copied into a per-row ``DynamicCache``) or "plain" (every sequence from its first token,
+    no cache; exact for any causal LM, no shared work). A mode that cannot compute the model exactly is refused
+    (EngineError). ``token_budget`` bounds
     rows x padded length of one batch. ``min_shared``: shared runs shorter than this (below the item's prefix)
     are recomputed per branch so that their siblings run in one batch: one forward call costs more than a few
     duplicated tokens.
     """
 
     def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "auto", min_shared: int = 0):
-        modes = ["auto", "native", *FORWARDS]
+        modes = ["auto", *MODES]
         if prefix_mode not in modes:
             raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {modes}")
         self.model = lm.model
-        if prefix_mode == "auto":
-            prefix_mode = "native" if native_support(self.model) is None else "shared"
-        elif prefix_mode == "native" and (reason := native_support(self.model)):
-            raise EngineError(f"prefix_mode='native' does not support this model ({reason}); use 'shared'")
+        try:
+            self.mode_choice = choose_mode(self.model, prefix_mode)
+        except ValueError as e:
+            raise EngineError(str(e)) from None
+        self.mode_meta = self.mode_choice.meta()  # copied into the table's meta
+        prefix_mode = self.mode_choice.mode
         if int(token_budget) != token_budget or token_budget < 1:
             raise EngineError(f"token_budget must be a positive integer (rows x padded tokens per batch), got "
                               f"{token_budget!r}; use e.g. --token-budget 4096")
@@ -116,7 +122,13 @@ class Engine:
         entries = []  # (job index, trie node, the prefix it continues)
         for j, job in enumerate(jobs):
             ends = None if job.keep is None else list(job.keep)
-            roots = trie_mod.build(job.sequences, job.reads, ends, min_shared=self.min_shared)
+            if self.prefix_mode == "plain":  # whole sequences, one node each: nothing shared, nothing cached
+                if job.prefix is not None or job.keep is not None:
+                    raise EngineError("prefix_mode='plain' cannot continue or keep prefix caches (multi-criteria "
+                                      "slots); this model has no exact cached mode for them")
+                roots = [r for s, rd in zip(job.sequences, job.reads) for r in trie_mod.build([s], [rd])]
+            else:
+                roots = trie_mod.build(job.sequences, job.reads, ends, min_shared=self.min_shared)
             entries += [(j, n, job.prefix if job.prefix is not None else empty) for n in roots]
         self._descend(entries, results)
         self._flush_reads(results)
@@ -213,9 +225,12 @@ class Engine:
                 reads.append(lst)
         select = (torch.tensor(rows, dtype=torch.long, device=self.device),
                   torch.tensor(offs, dtype=torch.long, device=self.device))
-        prefix = groups if self.prefix_mode == "native" else groups[0][0]
+        native = self.prefix_mode == "native"
+        prefix = groups if native else groups[0][0]
+        extra = {} if native else {"lengths": [len(n.tokens) for _, n, _ in chunk]}  # right padding of each row
         hidden, captured = self._forward(ids.to(self.device), prefix, capture=need_cache,
-                                         select=select)  # (R, d)
+                                         select=select,
+                                         **extra)  # (R, d)
         self.stats["forward_calls"] += 1
         self.stats["tokens"] += sum(len(n.tokens) for _, n, _ in chunk)
         self.stats["padded_tokens"] += B * S

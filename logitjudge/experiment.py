@@ -9,7 +9,10 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     dtype = "fp32"                     # fp32 | bf16 | fp16
     device = "cpu"                     # cpu | cuda | cuda:N | auto
     token_budget = 4096
-    prefix_mode = "auto"               # auto | native | shared | copy
+    prefix_mode = "auto"               # auto | native | shared | copy | plain
+    # attn_implementation = "eager"    # transformers attention (default: SDPA, else the model's eager)
+    # verify = 3                       # exactness audit: N prompts against the plain forward (default:
+    #                                  # 3 for untested architectures, else 0)
     # threads = 2                      # torch CPU threads (default: $OMP_NUM_THREADS, else the usable CPUs)
     # quantize = "4bit"                # 4bit | 8bit (CUDA only)
     [data]
@@ -254,7 +257,8 @@ def load_judge(spec: Spec):
     source = _model_source(spec)
     check_available(source)
     dtype, why = resolve_dtype(m.dtype, m.device)  # auto: measured once per machine (cached)
-    lm = load_model(source, dtype=dtype, device=m.device, quantize=m.quantize)
+    lm = load_model(source, dtype=dtype, device=m.device, quantize=m.quantize,
+                    attn_implementation=m.attn_implementation)
     lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": why}
     return lm
 
@@ -265,11 +269,15 @@ def score_experiment(exp: Experiment, lm, *, progress: bool = True) -> ScoreTabl
     from .engine import Engine
     from .requests import dump_prompts
     from .run import Run
+    from .verify import audit_run
 
     od, pr, m = exp.spec.orderings, exp.spec.prompts, exp.spec.model
     meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,
             "criteria_orderings": od.criteria if pr.multi_criteria else None}
     engine = Engine(lm, token_budget=m.token_budget, prefix_mode=m.prefix_mode)
+    # the exactness audit: multi-criteria runs are audited on the same items' single-criterion prompts
+    audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None if pr.multi_criteria else exp.template,
+              m.verify, rng=od.seed)
     run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
               template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,
               max_continuations=pr.max_continuations, progress=progress, meta=meta)

@@ -1,19 +1,23 @@
 """The prefix cache and transformers' forwards over it: (model, tokens, prefix cache) -> hidden states.
 
 The shared prefix is an explicit object, :class:`PrefixKV`: per layer one key and one value tensor of shape
-(Hkv, L, D), held once and never copied per row. In ``shared`` mode suffix rows attend to it through an
-attention function registered with transformers' ``AttentionInterface``; ``copy`` mode is the plain fallback
-that works for any model: the prefix is expanded into a ``DynamicCache`` per row. (The ``native`` Gemma-3 step
-function is :mod:`logitjudge.native`.) :func:`head_params` gives the unembedding the engine's read-out uses
-(hidden states -> label log-probabilities are computed in :meth:`logitjudge.engine.Engine.read`).
+(Hkv, L, D), held once and never copied per row. Suffix rows attend to it through an attention function
+registered with transformers' ``AttentionInterface`` (``shared`` mode). A linear-attention layer (Gated
+DeltaNet, :mod:`logitjudge.linear_attention`) holds its recurrent state at the prefix's end instead of K/V.
+``copy`` mode expands the prefix into a ``DynamicCache`` per row; ``plain`` recomputes every sequence from its
+first token with the model's own forward (no prefix cache at all). Which mode runs which model:
+:mod:`logitjudge.capabilities`. (The ``native`` Gemma-3 step function is :mod:`logitjudge.native`.)
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import torch
 from logitjudge_kernels import shared_prefix_attention
+
+from .linear_attention import RecurrentState, install_linear_attention, linear_layer_indices
 
 ATTN_NAME = "logitjudge_shared_prefix"
 PREFIX_KWARG = "logitjudge_prefix"
@@ -25,7 +29,9 @@ class PrefixKV:
     A prefix is a chain: its parent (None for a root) followed by its own segment, ``seg_keys[layer]`` /
     ``seg_values[layer]`` (Hkv, n, D), usually views into the batch that computed them. A trie child's context
     is its parent's plus one segment, so nothing is copied when the trie branches; :meth:`layer` joins the
-    chain for one layer when it is used and the join is dropped after that layer.
+    chain for one layer when it is used and the join is dropped after that layer. A linear-attention layer's
+    entry is instead a :class:`~logitjudge.linear_attention.RecurrentState` (``seg_keys[layer]``; its value
+    entry is None): the state at the end of this segment, which already summarises the parents.
     """
 
     __slots__ = ("seg_keys", "seg_values", "length", "parent")
@@ -42,6 +48,10 @@ class PrefixKV:
     @property
     def n_layers(self) -> int:
         return len(self.seg_keys)
+
+    def recurrent(self, i: int) -> RecurrentState | None:
+        """Linear-attention layer i's state at the end of the prefix (None for an empty prefix)."""
+        return None if self.length == 0 else self.seg_keys[i]
 
     def layer(self, i: int, like: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values (Hkv, L, D) of the whole prefix at layer i (``like``: a (B, Hkv, S, D) tensor that
@@ -63,10 +73,17 @@ class PrefixKV:
     def values(self) -> list[torch.Tensor]:
         return [self.layer(i)[1] for i in range(self.n_layers)]
 
-    def extend(self, captured: list[tuple[torch.Tensor, torch.Tensor]], row: int, n: int) -> PrefixKV:
+    def extend(self, captured: list, row: int, n: int) -> PrefixKV:
         """This prefix followed by the first n tokens of one captured suffix row (views, no copy)."""
-        return PrefixKV([k[row, :, :n] for k, _ in captured], [v[row, :, :n] for _, v in captured],
-                        self.length + n, self)
+        keys, values = [], []
+        for c in captured:
+            if isinstance(c, RecurrentState):
+                keys.append(c.row(row, n))
+                values.append(None)
+            else:
+                keys.append(c[0][row, :, :n])
+                values.append(c[1][row, :, :n])
+        return PrefixKV(keys, values, self.length + n, self)
 
     def truncate(self, n: int) -> PrefixKV:
         """The cache of the first n tokens (views, no copy)."""
@@ -80,6 +97,10 @@ class PrefixKV:
         if n <= start:
             return self.parent.truncate(n)
         own = n - start
+        if any(isinstance(k, RecurrentState) for k in self.seg_keys):
+            raise ValueError("a prefix of a model with linear-attention layers cannot be cut inside a segment "
+                             "(the recurrent state exists only at its end): multi-criteria slot caches are not "
+                             "supported for this model")
         return PrefixKV([k[:, :own] for k in self.seg_keys], [v[:, :own] for v in self.seg_values], n, self.parent)
 
 
@@ -87,6 +108,7 @@ class PrefixKV:
 class _PrefixState:
     prefix: PrefixKV
     capture: bool
+    lengths: list[int] | None = None  # each row's real length (rows are right-padded); None: all full
     captured: dict = field(default_factory=dict)
 
 
@@ -94,31 +116,56 @@ def _shared_prefix_attention_hf(module, query, key, value, attention_mask, dropo
                                 sliding_window=None, softcap=None, **kwargs):
     """transformers attention function: suffix rows attend to the shared prefix plus their own causal suffix."""
     state: _PrefixState | None = kwargs.pop(PREFIX_KWARG, None)
-    if state is None:  # not a logitjudge call: behave exactly as the standard SDPA path
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
+    if state is None:  # not a logitjudge call: the implementation the model was loaded with, unchanged
         extra = {} if softcap is None else {"softcap": softcap}
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, sliding_window=sliding_window, **extra, **kwargs)
+        return _base_attention(module)(module, query, key, value, attention_mask, dropout=dropout,
+                                       scaling=scaling, sliding_window=sliding_window, **extra, **kwargs)
+    sinks = kwargs.pop("s_aux", None)  # GPT-OSS attention sinks, (Hq,)
     layer = module.layer_idx
     if state.capture:
         state.captured[layer] = (key, value)
     kp, vp = state.prefix.layer(layer, key)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     out = shared_prefix_attention(query, kp, vp, key, value, scale=scale, sliding_window=sliding_window,
-                                  softcap=softcap)  # (B, Hq, S, D)
+                                  softcap=softcap, sinks=sinks)  # (B, Hq, S, D)
     return out.transpose(1, 2).contiguous(), None
 
 
-def install_shared_attention(model) -> None:
-    """Route the model's attention through the shared-prefix function (falls back to SDPA for normal calls)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
+_BASE_ATTR = "_logitjudge_base_attn"
 
-    AttentionInterface.register(ATTN_NAME, _shared_prefix_attention_hf)
-    if ATTN_NAME not in ALL_MASK_ATTENTION_FUNCTIONS:
-        AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
-    model.set_attn_implementation(ATTN_NAME)
+
+def _base_attention(module):
+    """The attention function ``module`` had before :func:`install_shared_attention` (eager: its own module's)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    base = getattr(module.config, _BASE_ATTR, None) or "sdpa"
+    if base == "eager":
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[base]
+
+
+def install_shared_attention(model) -> None:
+    """Route the model's attention through the shared-prefix function; calls without a prefix state (the
+    model used as usual) run the implementation it was loaded with, with that implementation's masks (the
+    shared function builds its own). Gated DeltaNet layers are routed too."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    base = model.config.get_text_config()._attn_implementation or "sdpa"
+    if base.startswith(ATTN_NAME):  # installed before
+        return
+    name = f"{ATTN_NAME}_{base}"  # one name per base: its mask function serves the plain calls
+    AttentionInterface.register(name, _shared_prefix_attention_hf)
+    if name not in ALL_MASK_ATTENTION_FUNCTIONS:
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+    for m in model.modules():  # every (sub-)config the attention modules read (a saved config may carry an old one)
+        cfg = getattr(m, "config", None)
+        impl = getattr(cfg, "_attn_implementation", None) or base
+        if cfg is not None and not impl.startswith(ATTN_NAME):
+            setattr(cfg, _BASE_ATTR, impl)
+    model.set_attn_implementation(name)
+    if linear_layer_indices(model):
+        install_linear_attention(model, PREFIX_KWARG)
 
 
 def n_layers(model) -> int:
@@ -129,18 +176,25 @@ def _selected(hidden: torch.Tensor, select) -> torch.Tensor:
     return hidden if select is None else hidden[select[0], select[1]]
 
 
-def forward_shared(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool, select=None):
-    """Rows ``ids`` (B, S), right-padded, after ``prefix``. Returns hidden (B, S, d), or (R, d) at ``select`` =
-    (rows, offsets), and the captured suffix K/V per layer, (B, Hkv, S, D) each."""
+def forward_shared(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool, select=None, lengths=None):
+    """Rows ``ids`` (B, S), right-padded (``lengths``: each row's real length), after ``prefix``. Returns hidden
+    (B, S, d), or (R, d) at ``select`` = (rows, offsets), and the captured suffix K/V per layer, (B, Hkv, S, D)
+    each (a linear-attention layer: its :class:`RecurrentState` at each row's end)."""
     B, S = ids.shape
     pos = torch.arange(prefix.length, prefix.length + S, device=ids.device).unsqueeze(0).expand(B, S)
-    state = _PrefixState(prefix, capture)
+    state = _PrefixState(prefix, capture, None if lengths is None else [int(n) for n in lengths])
     out = model.get_decoder()(input_ids=ids, position_ids=pos, use_cache=False, **{PREFIX_KWARG: state})
-    captured = [state.captured[i] for i in range(n_layers(model))] if capture else None
+    captured = None
+    if capture:
+        missing = [i for i in range(n_layers(model)) if i not in state.captured]
+        if missing:  # a layer that never called the shared function would have run without the prefix
+            raise ValueError(f"layers {missing} did not run through logitjudge's shared-prefix attention; use "
+                             "prefix_mode='copy' or 'plain' for this model")
+        captured = [state.captured[i] for i in range(n_layers(model))]
     return _selected(out.last_hidden_state, select), captured
 
 
-def forward_copy(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool, select=None):
+def forward_copy(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool, select=None, lengths=None):
     """The same via a per-row copy of the prefix in a ``DynamicCache`` (generic fallback; more memory)."""
     from transformers import DynamicCache
 
@@ -165,7 +219,16 @@ def forward_copy(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool, s
     return _selected(out.last_hidden_state, select), captured
 
 
-FORWARDS = {"shared": forward_shared, "copy": forward_copy}
+def forward_plain(model, ids: torch.Tensor, prefix: PrefixKV, *, capture: bool, select=None, lengths=None):
+    """The model's own forward on whole sequences (right-padded rows, no cache): the engine gives this mode one
+    trie node per sequence, so there is never a prefix to continue or a cache to capture."""
+    if prefix.length or capture:
+        raise ValueError("prefix_mode='plain' runs whole sequences: it cannot continue or keep a prefix cache")
+    out = model.get_decoder()(input_ids=ids, use_cache=False)
+    return _selected(out.last_hidden_state, select), None
+
+
+FORWARDS = {"shared": forward_shared, "copy": forward_copy, "plain": forward_plain}
 
 
 # ---- read-out ---------------------------------------------------------------------------------------------
@@ -180,4 +243,17 @@ def head_params(model):
         scale /= float(cfg.logits_scaling)
     if getattr(cfg, "logit_scale", None):  # Cohere: logits * logit_scale
         scale *= float(cfg.logit_scale)
-    return head.weight, scale, getattr(cfg, "final_logit_softcapping", None)
+    softcap = getattr(cfg, "final_logit_softcapping", None)
+    if softcap is not None and not _forward_reads(type(model), "final_logit_softcapping"):
+        softcap = None  # e.g. Gemma3ForConditionalGeneration: its text config has one, its forward never applies it
+    return head.weight, scale, softcap
+
+
+def _forward_reads(cls, name: str) -> bool:
+    """Whether ``cls.forward``'s source mentions ``name`` (what the model's own forward applies is the truth)."""
+    import inspect
+
+    try:
+        return name in inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return True

@@ -141,16 +141,46 @@ def load_tokenizer(model_id: str = "gemma-3-270m", *, revision: str | None = Non
         raise ModelError(f"could not load the tokenizer of {model_id!r}: {e}") from None
 
 
+ATTN_FALLBACK = ("sdpa", "eager")  # tried in order when no attention implementation is named
+
+
+def _from_pretrained(source: str, kwargs: dict, attn_implementation: str | None):
+    """``AutoModelForCausalLM.from_pretrained`` with the named attention implementation, or (None) the first of
+    :data:`ATTN_FALLBACK` the architecture supports: GPT-OSS and Gemma-2 refuse SDPA (sinks, soft-capping) and
+    run their own eager attention. Returns (model, the implementation, why)."""
+    from transformers import AutoModelForCausalLM
+
+    if attn_implementation is not None:
+        return AutoModelForCausalLM.from_pretrained(source, attn_implementation=attn_implementation, **kwargs), \
+            attn_implementation, "asked for"
+    refusals = []
+    for impl in ATTN_FALLBACK:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=impl, **kwargs)
+        except ValueError as e:  # raised from the config check, before any weight is read
+            if "does not support" not in str(e):
+                raise
+            refusals.append(f"{impl}: {str(e).splitlines()[0][:160]}")
+            continue
+        return model, impl, "; ".join(refusals) or "default"
+    raise ModelError(f"none of the attention implementations {ATTN_FALLBACK} loads this model ({refusals}); "
+                     "name one with --attn-implementation")
+
+
 def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu",
                quantize: str | None = None, revision: str | None = None,
-               attn_implementation: str = "sdpa") -> LoadedModel:
-    """Load a causal LM and its tokenizer. ``quantize``: None, "4bit" or "8bit" (bitsandbytes, CUDA only)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+               attn_implementation: str | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer. ``quantize``: None, "4bit" or "8bit" (bitsandbytes, CUDA only).
+    ``attn_implementation``: transformers' name ("sdpa", "eager", "flash_attention_2", a kernels-hub id ...);
+    None: SDPA where the architecture supports it, else its eager attention (``info["attn_implementation"]``
+    says which and why). Multimodal checkpoints load through their causal-LM class (Gemma-3: the full
+    ``Gemma3ForConditionalGeneration``, scored on text; Qwen3.5: the text model only)."""
+    from transformers import AutoTokenizer
 
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
     source = str(builtin_checkpoint(model_id)) if model_id in BUILTIN_ALIASES else model_id
-    kwargs: dict = {"dtype": DTYPES[dtype], "attn_implementation": attn_implementation}
+    kwargs: dict = {"dtype": DTYPES[dtype]}
     if revision:
         kwargs["revision"] = revision
     if quantize:
@@ -172,7 +202,7 @@ def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: s
     try:
         tok = AutoTokenizer.from_pretrained(source, revision=revision) if revision else \
             AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        model, attn, why = _from_pretrained(source, kwargs, attn_implementation)
     except OSError as e:
         raise ModelError(f"could not load model {model_id!r}: {e}. Pass a Hugging Face model id (with network "
                          "access or a filled HF cache) or a local folder with config.json and weights") from None
@@ -180,5 +210,6 @@ def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: s
         model.to(dev)
     model.eval()
     rev = revision or getattr(model.config, "_commit_hash", None) or ""
-    info = {"source": source, "gguf": getattr(model.config, "logitjudge_source", None)}
+    info = {"source": source, "gguf": getattr(model.config, "logitjudge_source", None),
+            "attn_implementation": attn, "attn_implementation_reason": why}
     return LoadedModel(model, tok, model_id, str(rev), dtype, dev, info)

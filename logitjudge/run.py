@@ -201,7 +201,7 @@ def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
             "torch_threads": torch.get_num_threads(), "kernels": kernel_backends(lm, engine),
             "versions": {"logitjudge": __version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "numpy": np.__version__},
-            "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats),
+            "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats), **engine.mode_meta,
             "dtype_choice": {**lm.info.get("dtype_choice", {"asked": lm.dtype, "chosen": lm.dtype}),
                              "gemm_route": engine.gemm_route}}
 

@@ -42,8 +42,15 @@ class ModelSpec:
                      "probabilities), else fp32", choices=("fp32", "bf16", "fp16", "auto"))
     device: str = opt("cpu", "cpu, cuda, cuda:N or auto (accelerate device_map)")
     token_budget: int = opt(4096, "rows x padded tokens per forward batch", minimum=1)
-    prefix_mode: str = opt("auto", "auto: the native Gemma-3 step function where supported, else shared",
-                           choices=("auto", "native", "shared", "copy"))
+    prefix_mode: str = opt("auto", "auto: the fastest mode that computes this model exactly (native, shared, copy, "
+                           "plain), said on stderr and in the table meta when it falls back",
+                           choices=("auto", "native", "shared", "copy", "plain"))
+    attn_implementation: str | None = opt(None, "transformers attention implementation (sdpa, eager, ...); unset: "
+                                          "SDPA where the model supports it, else its own eager attention",
+                                          kind="str", example='"eager"')
+    verify: int | None = opt(None, "exactness audit: recompute N random prompts with the plain forward first and "
+                             "stop if any probability differs by more than 1e-5 (fp32; bf16/fp16: 0.05); unset: 3 "
+                             "for untested architectures, else 0", kind="int", minimum=0, example="3")
     threads: int | None = opt(None, "torch CPU threads; unset: $OMP_NUM_THREADS if set, else the CPUs this "
                               "process may run on", kind="int", minimum=1,
                               example="2")

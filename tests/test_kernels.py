@@ -177,6 +177,48 @@ def test_attention_cpu_fused(dtype, L, D, Hq, Hkv, window, softcap, cpu_attentio
         assert torch.equal(shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=window), out)
 
 
+def _sink_truth(inputs, scale, window, sinks):
+    """GPT-OSS attention as transformers defines it (its eager_attention_forward: the sink logit appended to each
+    row's masked scores, softmax, sink column dropped), on [prefix ; suffix] keys, in fp64."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+    q, kp, vp, ks, vs = (t.double() for t in inputs)
+    k, v = _concat_kv(kp, vp, ks, vs)
+    L, S = kp.shape[1], q.shape[2]
+    diff = torch.arange(L, L + S)[:, None] - torch.arange(L + S)[None, :]
+    vis = (diff >= 0) if window is None else (diff >= 0) & (diff < window)
+    mask = torch.zeros(vis.shape, dtype=torch.float64).masked_fill(~vis, float("-inf"))[None, None].to(q.device)
+    module = torch.nn.Module()
+    module.sinks, module.num_key_value_groups = sinks.double().to(q.device), q.shape[1] // k.shape[1]
+    out, _ = eager_attention_forward(module, q, k, v, mask, scaling=scale)
+    return out.transpose(1, 2)  # (B, Hq, S, D)
+
+
+SINK_PATHS = ["ref", "c", "aten"]
+
+
+@pytest.mark.parametrize("path", SINK_PATHS)
+@pytest.mark.parametrize("L,window", [(13, None), (13, 4), (0, None), (40, 9)])
+def test_attention_sinks_enter_the_denominator_once(path, L, window, monkeypatch):
+    """Sinks (GPT-OSS): the shared-prefix paths equal transformers' definition on the concatenated keys; the
+    sink is counted once across the prefix and suffix parts of the merge (counting it per part would not be)."""
+    import logitjudge_kernels.prefix_attention as pa
+
+    inputs = _attn_inputs(3, 4, 2, 7, L, 32, torch.float32, seed=11)
+    sinks = torch.tensor([2.0, -1.0, 0.5, 4.0])
+    truth = _sink_truth(inputs, 32**-0.5, window, sinks)
+    if path == "ref":
+        out = shared_prefix_attention_ref(*inputs, scale=32**-0.5, sliding_window=window, sinks=sinks)
+    else:
+        if path == "aten":
+            monkeypatch.setattr(pa, "c_attention_refusal", lambda q, softcap=None: "forced off by the test")
+        out = shared_prefix_attention_cpu(*inputs, scale=32**-0.5, sliding_window=window, sinks=sinks)
+    assert (out.double() - truth).abs().max().item() <= FP32_ATOL
+    no_sink = attention_ref(inputs[0], *_concat_kv(*inputs[1:]), scale=32**-0.5, causal_offset=L,
+                            sliding_window=window)
+    assert (no_sink.double() - truth).abs().max().item() > 1e-2  # the sinks matter at these values
+
+
 def test_attention_cpu_fused_bands_long_suffix(monkeypatch, cpu_attention_path):
     """A window shorter than the suffix (ATen: query blocks of 3 rows, each against the keys its window
     reaches; C: blocks of 6 query rows, each against the keys its rows can see)."""
@@ -375,6 +417,15 @@ def test_interp_attention(dtype, L, D, Hq, Hkv, window, softcap):
 
 
 @interp_only
+@pytest.mark.parametrize("L,window", [(13, None), (40, 9), (0, None)])
+def test_interp_attention_sinks(L, window):
+    inputs = _attn_inputs(3, 4, 2, 7, L, 32, torch.float32, seed=11)
+    sinks = torch.tensor([2.0, -1.0, 0.5, 4.0])
+    out = shared_prefix_attention(*inputs, scale=32**-0.5, sliding_window=window, sinks=sinks, backend="triton")
+    assert (out.double() - _sink_truth(inputs, 32**-0.5, window, sinks)).abs().max().item() <= FP32_ATOL
+
+
+@interp_only
 @pytest.mark.parametrize("window", [None, 17, 45])
 def test_interp_attention_multi_tile_strided(window):
     # S and L span several 16-wide tiles, D=80 is padded to 128, q/k/v come in HF's (B, S, H, D) layout.
@@ -434,8 +485,8 @@ def test_triton_kernels_compile_for_cuda(arch):
     try:
         shared = [
             _compile_for_cuda(pa._prefix_fwd_kernel, ptrs, consts, floats, arch, warps, stages),
-            _compile_for_cuda(pa._suffix_fwd_kernel, ptrs, dict(consts, HAS_PREFIX=True), floats, arch, warps,
-                              stages),
+            _compile_for_cuda(pa._suffix_fwd_kernel, dict(ptrs, SINK="*fp32"),
+                              dict(consts, HAS_PREFIX=True, USE_SINK=True), floats, arch, warps, stages),  # GPT-OSS
         ]
         br, bv, bk, warps, stages = ro._readout_blocks(64, 2)
         shared.append(_compile_for_cuda(
@@ -458,6 +509,21 @@ def test_gpu_attention(dtype, Hq, Hkv, D, window, softcap):
     out = shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=window, softcap=softcap)
     kw = dict(scale=D**-0.5, sliding_window=window, softcap=softcap)
     _assert_attention_close(out, inputs, atol32=GPU_FP32_ATOL, **kw)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype,atol", [(torch.bfloat16, 2 * LOWP_ATOL[torch.bfloat16]),
+                                        (torch.float32, GPU_FP32_ATOL)])
+def test_gpu_attention_sinks_gpt_oss_shapes(dtype, atol):
+    """GPT-OSS heads (64 query, 8 KV, D 64), sliding window 128 and full, sinks: Triton against transformers'
+    definition in fp64."""
+    inputs = _attn_inputs(8, 64, 8, 90, 700, 64, dtype, device="cuda", seed=12)
+    sinks = torch.randn(64, generator=torch.Generator().manual_seed(3)).mul(2).cuda()
+    for window in (128, None):
+        out = shared_prefix_attention(*inputs, scale=0.125, sliding_window=window, sinks=sinks, backend="triton")
+        err = (out.double() - _sink_truth(inputs, 0.125, window, sinks)).abs().max().item()
+        assert err <= atol, (window, err)
 
 
 @pytest.mark.gpu

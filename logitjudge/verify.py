@@ -1,0 +1,110 @@
+"""Exactness audit: before a run goes on, recompute a few random prompts with the plain path and compare.
+
+The engine's fast paths are held to the plain forward by parity tests per model family
+(:data:`logitjudge.capabilities.TESTED_MODEL_TYPES`). A model outside them may do something no config declares
+(an attention bias of its own, a new cache layout); the audit runs the engine on whole items (so the trie's
+sharing is exercised as in the run) and the plain path (:func:`logitjudge.engine.plain_prompt_logprobs`: one
+full forward per prompt and label, no cache, fp32 full-vocabulary softmax) on ``n`` prompts drawn at random
+from them, and stops the run if any option probability differs by more than ``tol``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .engine import EngineError, plain_prompt_logprobs
+
+DEFAULT_TOL = 1e-5  # absolute, on each option probability (normalised over the options), fp32 models
+LOW_PRECISION_TOL = 0.05  # bf16/fp16 weights: the README's stated tolerance of those paths against fp32
+
+
+def default_tol(model) -> float:
+    """:data:`DEFAULT_TOL` for an fp32 model, :data:`LOW_PRECISION_TOL` when its weights are bf16/fp16 (the
+    engine's and the plain path's roundings then differ by more than fp32 reassociation)."""
+    import torch
+
+    dtype = next(model.parameters()).dtype
+    return DEFAULT_TOL if dtype in (torch.float32, torch.float64) else LOW_PRECISION_TOL
+
+
+class ExactnessError(EngineError):
+    pass
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """``max_abs_diff``: the largest |p_engine - p_plain| over the audited prompts' option probabilities
+    (each prompt's label probabilities normalised over its options, as the table stores them)."""
+
+    n_prompts: int
+    max_abs_diff: float
+    tol: float
+    prefix_mode: str
+    prompts: tuple  # (group index, prompt index) audited
+
+    def meta(self) -> dict:
+        return {"exactness_audit": {"n_prompts": self.n_prompts, "max_abs_prob_diff": self.max_abs_diff,
+                                    "tol": self.tol, "prefix_mode": self.prefix_mode,
+                                    "reference": "plain forward per prompt (plain_prompt_logprobs)"}}
+
+
+def _normalised(lp: np.ndarray) -> np.ndarray:
+    p = np.exp(lp - lp.max())
+    return p / p.sum()
+
+
+def verify_exactness(engine, groups: list, n: int, *, rng=0, tol: float = DEFAULT_TOL) -> AuditResult:
+    """Audit ``n`` random prompts of ``groups`` (lists of EncodedPrompt, one per item) against the plain path.
+
+    The engine scores every group that holds an audited prompt, in one run (as a real run would); the plain
+    path scores only the audited prompts. Raises :class:`ExactnessError` naming the worst prompt if any option
+    probability differs by more than ``tol``.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"the number of audited prompts must be an integer >= 0, got {n!r}")
+    if not (isinstance(tol, float) and tol > 0):
+        raise ValueError(f"tol must be a positive float, got {tol!r}")
+    pairs = [(g, p) for g, group in enumerate(groups) for p in range(len(group))]
+    if n == 0 or not pairs:
+        return AuditResult(0, 0.0, tol, engine.prefix_mode, ())
+    gen = np.random.default_rng(rng)
+    chosen = sorted(tuple(pairs[i]) for i in gen.choice(len(pairs), size=min(n, len(pairs)), replace=False))
+    used = sorted({g for g, _ in chosen})
+    fast = dict(zip(used, engine.prompt_logprobs([groups[g] for g in used])))
+    worst, where = 0.0, None
+    for g, p in chosen:
+        ref = plain_prompt_logprobs(engine.model, [groups[g][p]])[0]
+        diff = float(np.abs(_normalised(fast[g][p]) - _normalised(ref)).max())
+        if diff > worst or where is None:
+            worst, where = diff, (g, p)
+    if not worst <= tol:
+        raise ExactnessError(
+            f"exactness audit failed: prefix mode {engine.prefix_mode!r} differs from the plain forward by "
+            f"{worst:.3g} in an option probability (item {where[0]}, prompt {where[1]}; tolerance {tol:g}). This "
+            "model does something the fast path does not compute; run with --prefix-mode plain (exact, slower) "
+            "and report the architecture")
+    return AuditResult(len(chosen), worst, tol, engine.prefix_mode, tuple(chosen))
+
+
+def audit_run(engine, lm, items, rubric, option_orders, template, n: int | None, *, rng=0,
+              tol: float | None = None) -> AuditResult:
+    """The audit before a run: ``n`` prompts (None: :func:`~logitjudge.capabilities.default_audit_prompts`)
+    drawn from up to ``n`` random items' single-criterion prompts (``template``: a Template, a name or None for
+    the default); the result goes into ``engine.mode_meta`` (copied into the table's meta). ``tol`` None:
+    :func:`default_tol`. Raises :class:`ExactnessError` when it fails."""
+    from .capabilities import default_audit_prompts
+    from .prompts import load_template
+    from .requests import item_prompts, orders_of
+
+    template = load_template(template)
+    n = default_audit_prompts(engine.model) if n is None else n
+    gen = np.random.default_rng(rng)
+    picked = sorted(gen.choice(len(items), size=min(n, len(items)), replace=False)) if n else []
+    orders = np.asarray(option_orders)  # (K, n) shared or (I, K, n) per item
+    groups = [item_prompts(lm, rubric, items[i], orders_of(orders, i), template) for i in picked]
+    res = verify_exactness(engine, groups, n, rng=gen, tol=default_tol(engine.model) if tol is None else tol)
+    if hasattr(engine, "mode_meta"):
+        engine.mode_meta.update(res.meta())
+    return res

@@ -1,0 +1,301 @@
+"""The study's judge families, exact or refused: one tiny random-weight model per architecture, shaped like the
+real one (layer types, GQA ratio, head dims, sliding windows, sinks, soft-capping, MoE, linear-attention layers,
+tied/untied heads), scored in every prefix mode against the plain forward (one full forward per prompt, fp32,
+full-vocabulary softmax). A mode the capability table allows must match within 1e-5 on every option
+probability; a mode it refuses must be refused with the reason. Also: the CLI with no extra flags on saved
+GPT-OSS / Qwen3.5 folders, attention-implementation fallback, and the exactness audit catching a model whose
+attention adds a bias no config declares.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_gemma, tiny_tokenizer
+
+from logitjudge import orderings
+from logitjudge.capabilities import MODES, choose_mode, mode_refusal
+from logitjudge.engine import Engine, EngineError, distribution, plain_prompt_logprobs
+from logitjudge.items import Item
+from logitjudge.models import LoadedModel
+from logitjudge.prompts import builtin_template
+from logitjudge.requests import item_prompts
+from logitjudge.rubric import Rubric as _Rubric
+from logitjudge.rubric import likert
+
+PROB_ATOL = 1e-5
+STORY = "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly. "
+
+
+def _small(width: int) -> dict:
+    """The shared sizes: hidden ``width`` (64 in the tests; benchmarks/families.py scales it), 2 query heads per
+    KV head (GQA), short vocabularies from the tiny tokenizer."""
+    heads = max(4, width // 16)
+    return dict(hidden_size=width, intermediate_size=width * 3 // 2, num_attention_heads=heads,
+                num_key_value_heads=heads // 2, max_position_embeddings=4096, pad_token_id=0, bos_token_id=1,
+                eos_token_id=2)
+
+
+def _cfg(name, **kw):
+    import transformers
+
+    return getattr(transformers, name)(**kw)
+
+
+def build(family: str, vocab: int, *, width: int = 64):
+    """(model, attention implementation it runs) for a family: 2-4 layers, hidden ``width``, fp32, seeded."""
+    import transformers as tf
+
+    SMALL = _small(width)
+    torch.manual_seed(0)
+    attn = "sdpa"
+    if family == "llama":
+        cfg = _cfg("LlamaConfig", vocab_size=vocab, num_hidden_layers=2, tie_word_embeddings=False, **SMALL)
+        cls = tf.LlamaForCausalLM
+    elif family == "qwen2":
+        cfg = _cfg("Qwen2Config", vocab_size=vocab, num_hidden_layers=2, tie_word_embeddings=True, **SMALL)
+        cls = tf.Qwen2ForCausalLM
+    elif family == "qwen3":
+        cfg = _cfg("Qwen3Config", vocab_size=vocab, num_hidden_layers=2, head_dim=32, tie_word_embeddings=True,
+                   **SMALL)
+        cls = tf.Qwen3ForCausalLM
+    elif family == "qwen3_5":  # Qwen3.5: 3 Gated DeltaNet layers to 1 gated full-attention layer, like the 9B/27B
+        cfg = _cfg("Qwen3_5TextConfig", vocab_size=vocab, num_hidden_layers=4, head_dim=32,
+                   layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=2,
+                   linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                   linear_conv_kernel_dim=4, tie_word_embeddings=False, **SMALL)
+        cls = tf.Qwen3_5ForCausalLM
+    elif family == "qwen3_next":  # Gated DeltaNet (interleaved projections) + MoE with a shared expert
+        cfg = _cfg("Qwen3NextConfig", vocab_size=vocab, num_hidden_layers=4, head_dim=32,
+                   layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=2,
+                   linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                   linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                   shared_expert_intermediate_size=32, decoder_sparse_step=1, **SMALL)
+        cls = tf.Qwen3NextForCausalLM
+    elif family == "mistral":
+        cfg = _cfg("MistralConfig", vocab_size=vocab, num_hidden_layers=2, sliding_window=16, head_dim=16,
+                   tie_word_embeddings=False, **SMALL)
+        cls = tf.MistralForCausalLM
+    elif family == "phi3":
+        cfg = _cfg("Phi3Config", vocab_size=vocab, num_hidden_layers=2, tie_word_embeddings=False, **SMALL)
+        cls = tf.Phi3ForCausalLM
+    elif family == "gpt2":
+        cfg = _cfg("GPT2Config", vocab_size=vocab, n_embd=width, n_layer=2, n_head=SMALL["num_attention_heads"],
+                   n_positions=4096,
+                   bos_token_id=1, eos_token_id=2)
+        cls = tf.GPT2LMHeadModel
+    elif family == "olmo2":
+        cfg = _cfg("Olmo2Config", vocab_size=vocab, num_hidden_layers=2, tie_word_embeddings=False, **SMALL)
+        cls = tf.Olmo2ForCausalLM
+    elif family == "gemma2":  # soft-capped attention and logits, alternating sliding/full layers
+        cfg = _cfg("Gemma2Config", vocab_size=vocab, num_hidden_layers=2, head_dim=32, sliding_window=16,
+                   query_pre_attn_scalar=32, attn_logit_softcapping=50.0, final_logit_softcapping=30.0, **SMALL)
+        cls, attn = tf.Gemma2ForCausalLM, "eager"
+    elif family == "gemma3_text":
+        return tiny_gemma(tiny_tokenizer()).eval(), "sdpa"
+    elif family == "gemma3":  # the multimodal checkpoint class Gemma-3-12B/27B ship as
+        text = tiny_gemma(tiny_tokenizer()).config.to_dict()
+        text["vocab_size"] = vocab + 3  # image / begin- / end-of-image ids the text tokenizer never produces
+        vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      image_size=28, patch_size=14)
+        cfg = tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                              image_token_index=vocab, boi_token_index=vocab + 1, eoi_token_index=vocab + 2)
+        cls = tf.Gemma3ForConditionalGeneration
+    elif family == "gpt_oss":  # sinks, alternating sliding (window 8 here, 128 real) / full, top-2 of 4 experts
+        cfg = _cfg("GptOssConfig", vocab_size=vocab, num_hidden_layers=2, head_dim=32, sliding_window=8,
+                   layer_types=["sliding_attention", "full_attention"], num_local_experts=4,
+                   num_experts_per_tok=2, tie_word_embeddings=False, **SMALL)
+        cls, attn = tf.GptOssForCausalLM, "eager"
+    else:
+        raise ValueError(family)
+    cfg._attn_implementation = attn
+    model = cls(cfg).eval()
+    if family == "gpt_oss":  # random sinks (initialised to zero-mean normals; make them matter)
+        with torch.no_grad():
+            for m in model.modules():
+                if hasattr(m, "sinks"):
+                    m.sinks.normal_(0.0, 2.0)
+    return model, attn
+
+
+FAMILIES = ["llama", "qwen2", "qwen3", "qwen3_5", "qwen3_next", "mistral", "phi3", "gpt2", "olmo2", "gemma2",
+            "gemma3_text", "gemma3", "gpt_oss"]
+# what the capability table must decide for each family: the allowed modes (the rest must be refused)
+ALLOWED = {f: {"shared", "copy", "plain"} for f in FAMILIES}
+ALLOWED["gemma3_text"] = ALLOWED["gemma3"] = {"native", "shared", "copy", "plain"}
+ALLOWED["qwen3_5"] = ALLOWED["qwen3_next"] = {"shared", "plain"}
+AUTO = {f: "shared" for f in FAMILIES} | {"gemma3_text": "native", "gemma3": "native"}
+
+
+def rubric(n: int = 5) -> _Rubric:
+    return _Rubric((likert("Quality", "overall quality", [f"level {i}" for i in range(n)]),), "Rate the text.")
+
+
+def texts() -> list[Item]:
+    return [Item(f"t{k}", (STORY * r).strip()) for k, r in enumerate((1, 2, 3))]  # past every sliding window
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Hidden-64 models gain nothing from intra-op threads; on a shared 2-core machine two spinning OpenMP
+    threads made this module 7-10x slower (measured: 31 s vs 228 s for two families)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def cases(tok):
+    """Per family: the plain forward's option distributions of 3 texts x balanced orderings (computed once)."""
+    out = {}
+    rub, orders, tpl = rubric(), orderings.balanced(5), builtin_template("text-first")
+    for fam in FAMILIES:
+        model, _ = build(fam, len(tok))
+        lm = LoadedModel(model, tok, f"tiny-{fam}")
+        groups = [item_prompts(lm, rub, it, orders, tpl) for it in texts()]
+        plain = [[distribution(lp)[0] for lp in plain_prompt_logprobs(model, g)] for g in groups]
+        out[fam] = (lm, groups, plain)
+    return out
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_modes_exact_or_refused(cases, family):
+    lm, groups, plain = cases[family]
+    assert {m for m in MODES if mode_refusal(lm.model, m) is None} == ALLOWED[family]
+    assert choose_mode(lm.model, "auto").mode == AUTO[family]
+    for mode in MODES:
+        if mode not in ALLOWED[family]:
+            with pytest.raises(EngineError, match=f"prefix_mode='{mode}' cannot compute this model exactly"):
+                Engine(lm, prefix_mode=mode)
+            continue
+        eng = Engine(lm, prefix_mode=mode, token_budget=256)
+        got = eng.prompt_logprobs(groups)
+        worst = max(np.abs(distribution(a)[0] - b).max() for ga, gb in zip(got, plain) for a, b in zip(ga, gb))
+        assert worst < PROB_ATOL, (family, mode, worst)
+    # the plain path itself is unchanged after the engines routed the model's attention
+    again = [distribution(lp)[0] for lp in plain_prompt_logprobs(lm.model, groups[0])]
+    assert max(np.abs(a - b).max() for a, b in zip(again, plain[0])) < 1e-6
+
+
+def test_sinks_matter_and_shared_mode_uses_them(cases):
+    """Without the sinks the shared path would be off by far more than the tolerance (the bug this fixes)."""
+    lm, groups, plain = cases["gpt_oss"]
+    sinks = [m.sinks for m in lm.model.modules() if hasattr(m, "sinks")]
+    saved = [s.detach().clone() for s in sinks]
+    with torch.no_grad():
+        for s in sinks:
+            s.fill_(-1e4)  # a sink this low is no sink: the model becomes sink-free attention
+    nosink = [distribution(lp)[0] for lp in plain_prompt_logprobs(lm.model, groups[0])]
+    with torch.no_grad():
+        for s, v in zip(sinks, saved):
+            s.copy_(v)
+    assert max(np.abs(a - b).max() for a, b in zip(nosink, plain[0])) > 1e-3
+
+
+def test_hybrid_state_is_shared_per_trie_node(cases):
+    """Qwen3.5 in shared mode keeps each linear layer's recurrent state on the trie (not recomputed per row)."""
+    lm, groups, _ = cases["qwen3_5"]
+    shared = Engine(lm, prefix_mode="shared", token_budget=256)
+    plain = Engine(lm, prefix_mode="plain", token_budget=256)
+    shared.prompt_logprobs(groups)
+    plain.prompt_logprobs(groups)
+    assert shared.stats["tokens"] < plain.stats["tokens"] / 3
+
+
+def test_attention_fallback_and_cli_scores_gpt_oss_and_qwen35(tmp_path, tok, cases):
+    """`logitjudge score` with no extra flags on saved GPT-OSS (SDPA refused -> eager) and Qwen3.5 folders
+    matches the plain forward; the table's meta says which mode and why."""
+    from logitjudge.cli import main
+    from logitjudge.models import load_model
+    from logitjudge.table import ScoreTable
+
+    texts_path = tmp_path / "texts.jsonl"
+    texts_path.write_text("".join(json.dumps({"id": it.id, "text": it.text}) + "\n" for it in texts()))
+    rub = tmp_path / "rubric.json"
+    rub.write_text(json.dumps(rubric().to_dict()))
+    for fam, attn in (("gpt_oss", "eager"), ("qwen3_5", "sdpa")):
+        folder = tmp_path / fam
+        model, _ = build(fam, len(tok))
+        model.save_pretrained(folder)
+        tok.save_pretrained(folder)
+        out = tmp_path / f"{fam}.npz"
+        assert main(["score", "--model", str(folder), "--texts", str(texts_path), "--rubric", str(rub),
+                     "--out", str(out), "--quiet"]) == 0
+        torch.set_num_threads(1)  # the CLI set its own thread count
+        table = ScoreTable.load(out)
+        lm = load_model(str(folder))
+        assert lm.info["attn_implementation"] == attn
+        _, groups, _ = cases[fam]
+        plain = np.stack([[distribution(lp)[0] for lp in plain_prompt_logprobs(lm.model, g)] for g in groups])
+        assert np.abs(table.probs[:, 0] - plain).max() < PROB_ATOL
+        assert table.meta["prefix_mode"] == "shared"
+        assert table.meta["prefix_mode_refused"] == {"native": table.meta["prefix_mode_refused"]["native"]}
+
+
+def _biased_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Eager attention plus a bias no config declares: -0.3 x distance (ALiBi-like, one slope)."""
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    k, v = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
+    scores = torch.matmul(query, k.transpose(2, 3)) * scaling
+    T, S = k.shape[2], query.shape[2]
+    dist = (torch.arange(T - S, T)[:, None] - torch.arange(T)[None, :]).clamp(min=0).to(scores.dtype)
+    scores = scores - 0.3 * dist
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, :, :T]
+    out = torch.matmul(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def test_verify_catches_an_unknown_attention_bias(tmp_path, tok):
+    from transformers import AttentionInterface, LlamaForCausalLM
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    from logitjudge.verify import ExactnessError, audit_run, verify_exactness
+
+    AttentionInterface.register("test_biased", _biased_attention)
+    AttentionMaskInterface.register("test_biased", ALL_MASK_ATTENTION_FUNCTIONS["eager"])
+    model, _ = build("llama", len(tok))
+    biased = LlamaForCausalLM(copy.deepcopy(model.config)).eval()
+    biased.load_state_dict(model.state_dict())
+    biased.set_attn_implementation("test_biased")
+    lm = LoadedModel(biased, tok, "tiny-biased-llama")
+    eng = Engine(lm)  # nothing in the config shows the bias: auto picks shared
+    assert eng.prefix_mode == "shared"
+    rub, orders, tpl = rubric(), orderings.balanced(5), builtin_template("text-first")
+    with pytest.raises(ExactnessError, match="exactness audit failed"):
+        audit_run(eng, lm, texts(), rub, orders, tpl, 3)
+    # the audit passes where the path is exact, and records itself for the table's meta
+    good_lm = LoadedModel(model, tok, "tiny-llama")
+    good = Engine(good_lm)
+    groups = [item_prompts(good_lm, rub, it, orders, tpl) for it in texts()]
+    res = verify_exactness(good, groups, 4, rng=1)
+    assert res.n_prompts == 4 and res.max_abs_diff < PROB_ATOL
+    plain_eng = Engine(lm, prefix_mode="plain")
+    assert audit_run(plain_eng, lm, texts(), rub, orders, tpl, 2).max_abs_diff < PROB_ATOL
+
+    # through the CLI: the run stops with one line and writes no table
+    from logitjudge.cli import main
+
+    folder, out = tmp_path / "llama", tmp_path / "biased.npz"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    texts_path = tmp_path / "texts.jsonl"
+    texts_path.write_text("".join(json.dumps({"id": it.id, "text": it.text}) + "\n" for it in texts()))
+    rub_path = tmp_path / "rubric.json"
+    rub_path.write_text(json.dumps(rub.to_dict()))
+    args = ["score", "--model", str(folder), "--texts", str(texts_path), "--rubric", str(rub_path), "--quiet",
+            "--attn-implementation", "test_biased", "--out", str(out)]
+    assert main([*args, "--verify", "3"]) == 2
+    assert not out.exists()
+    assert main([*args, "--verify", "3", "--prefix-mode", "plain"]) == 0  # the exact mode passes the audit
