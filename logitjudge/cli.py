@@ -8,6 +8,7 @@ import sys
 
 from .engine import EngineError
 from .models import ModelError
+from .probe import cli as probe_cli
 
 
 class CLIError(Exception):
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo")
     d.add_argument("--model", default="gemma-3-270m")
+    probe_cli.add_parser(sub)
     return ap
 
 
@@ -142,7 +144,8 @@ def cmd_demo(args) -> int:
     return run_demo(args.out, model=args.model)
 
 
-COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo}
+COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo,
+            "probe": probe_cli.cmd_probe}
 
 
 def main(argv=None) -> int:
