@@ -19,25 +19,28 @@ from scipy.special import logsumexp
 from .hooks import ProbeError
 
 
+def logistic_loss(w: np.ndarray, xb: np.ndarray, onehot: np.ndarray, l2: float) -> tuple[float, np.ndarray]:
+    """Mean cross-entropy + l2/(2N) |W|^2 (bias row not penalised) and its gradient; ``xb`` (N, d + 1) ends in
+    a column of ones, ``w`` is the flattened (d + 1, C) weight matrix."""
+    n, C = onehot.shape
+    w = w.reshape(xb.shape[1], C)
+    z = xb @ w  # (N, C)
+    lse = logsumexp(z, axis=1, keepdims=True)
+    p = np.exp(z - lse)
+    reg = w[:-1]
+    f = float((lse[:, 0] - (z * onehot).sum(1)).sum() + 0.5 * l2 * (reg ** 2).sum()) / n
+    g = xb.T @ (p - onehot)
+    g[:-1] += l2 * reg
+    return f, (g / n).ravel()
+
+
 def fit_logistic(x: np.ndarray, y: np.ndarray, n_classes: int, *, l2: float = 1.0) -> np.ndarray:
-    """Weights (d + 1, C) minimising mean cross-entropy + l2/(2N) * |W|^2 (bias not penalised)."""
+    """Weights (d + 1, C) minimising :func:`logistic_loss` (L-BFGS, exact gradient)."""
     n, d = x.shape
     xb = np.hstack([x, np.ones((n, 1))])
     onehot = np.eye(n_classes)[y]
-
-    def loss(w):
-        w = w.reshape(d + 1, n_classes)
-        z = xb @ w
-        lse = logsumexp(z, axis=1, keepdims=True)
-        p = np.exp(z - lse)
-        reg = w[:-1]
-        f = float((lse[:, 0] - (z * onehot).sum(1)).sum() + 0.5 * l2 * (reg ** 2).sum()) / n
-        g = xb.T @ (p - onehot)
-        g[:-1] += l2 * reg
-        return f, (g / n).ravel()
-
-    res = minimize(loss, np.zeros((d + 1) * n_classes), jac=True, method="L-BFGS-B",
-                   options={"maxiter": 500})
+    res = minimize(logistic_loss, np.zeros((d + 1) * n_classes), args=(xb, onehot, l2), jac=True,
+                   method="L-BFGS-B", options={"maxiter": 500})
     return res.x.reshape(d + 1, n_classes)
 
 
