@@ -13,9 +13,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--rubric", default="default", help="rubric .toml/.json file or built-in name")
+    p.add_argument("--rubric", default=None, help="rubric .toml/.json file or built-in name (default: the "
+                                                  "data set's rubric with --dataset, else 'default')")
     p.add_argument("--criterion", default=None, help="criterion name to probe (default: the first)")
-    p.add_argument("--texts", required=True, help="JSONL with id, text and optional context")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--texts", help="JSONL with id, text and optional context")
+    src.add_argument("--dataset", help="a data set of logitjudge.data (hanna, summeval, mt_bench, vicuna_bench)")
+    p.add_argument("--limit", type=int, default=None, help="with --dataset: at most this many items (whole "
+                                                           "groups, chosen with --seed)")
+    p.add_argument("--data-dir", default=None, help="with --dataset: the data folder ($LOGITJUDGE_DATA)")
     p.add_argument("--orderings", default="balanced", help="balanced | random:K")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--template", default=None, help="built-in template name or .toml file")
@@ -43,12 +49,19 @@ def cmd_probe(args) -> int:
     from .hooks import ProbeError
     from .run import check_probe_args, probe
 
-    rubric = load_rubric(args.rubric)
+    if args.dataset:
+        from ..data import load_dataset
+
+        ds = load_dataset(args.dataset, args.data_dir, limit=args.limit, seed=args.seed)
+        items = ds.items
+        rubric = load_rubric(args.rubric) if args.rubric else ds.rubric
+    else:
+        items = read_items(args.texts)
+        rubric = load_rubric(args.rubric or "default")
     names = [c.name for c in rubric.criteria]
     if args.criterion is not None and args.criterion not in names:
         raise ProbeError(f"--criterion {args.criterion!r} is not in the rubric; choose one of {names}")
     crit = names.index(args.criterion) if args.criterion else 0
-    items = read_items(args.texts)
     orders = parse(args.orderings, len(rubric.criteria[crit].options), seed=args.seed)
     probes = [x.strip() for x in args.probes.split(",") if x.strip()]
     kinds = [x.strip() for x in args.sites.split(",") if x.strip()]
