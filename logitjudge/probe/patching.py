@@ -29,6 +29,7 @@ from .prompts import ProbePrompt, common_prefix
 KINDS = ("resid", "attn", "mlp", "head")
 POINTS = {0: "hook_resid_post", 1: "hook_attn_out", 2: "hook_mlp_out", 3: "attn.hook_z"}
 PAIRS = ("reverse", "canonical", "all")
+COPY_TOKENS = 1 << 14  # "copy" mode copies the target's prefix per row: rows x prefix length stays under this
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ def patch_item(model, arch: Architecture, prompts: list[ProbePrompt], pairs, sit
     """Clean (K, n) and patched (P, S, n) option distributions of one item (see the module doc).
 
     ``mode``: the forward that continues a cache, "shared" (prefix held once; needs
-    ``forward.install_shared_attention(model)``) or "copy" (any causal LM)."""
+    ``forward.install_shared_attention(model)``) or "copy" (any causal LM; the prefix is copied per row, so a
+    batch holds at most ``COPY_TOKENS`` copied prefix tokens). ``max_rows``: patch rows per forward call."""
     forward = FORWARDS[mode]
     device = next(model.parameters()).device
     L, K = arch.n_layers, len(prompts)
@@ -158,6 +160,8 @@ def patch_item(model, arch: Architecture, prompts: list[ProbePrompt], pairs, sit
     clean = np.zeros((K, len(prompts[0].order)))
     patched = np.zeros((len(pairs), len(sites), len(prompts[0].order)))
     for b in range(K):
+        if mode == "copy":
+            max_rows = max(1, min(max_rows, COPY_TOKENS // max(1, targets[b].length)))
         jobs = [(None, None)] + [(p, s) for p in np.flatnonzero(pairs[:, 1] == b) for s in range(len(sites))]
         for start in range(0, len(jobs), max_rows):
             dists = _run_target(model, arch, forward, prompts[b], targets[b], jobs[start:start + max_rows],
