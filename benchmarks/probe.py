@@ -9,8 +9,9 @@ target one batch of all its patches, each row running only the answer token on t
 Sweep: every layer's residual output, attention output and MLP output (``--sites``), patched at the answer
 position from the reversed ordering into each ordering (``--pairs reverse``: 10 pairs per text), on the
 ``8x350`` workload (8 texts of ~350 tokens, balanced(5) = 10 orderings) on gemma-3-270m fp32.
-``--quick``: 1 text, the first 3 pairs. Prints a table and writes JSON (``--out``). Peak memory is the peak
-RSS above the level before each method (a 5 ms sampler thread).
+``--quick``: 1 text, the first pair (54 patches: 74 full forwards for the plain way). Prints a table and
+writes JSON (``--out``). Peak memory is the peak RSS above the level before each method (a 5 ms sampler
+thread). The plain forward computes the full-vocabulary logits at every position, as the hook libraries do.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/probe.py [--quick] [--threads 2]
 """
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="gemma-3-270m")
     ap.add_argument("--workload", default="8x350")
-    ap.add_argument("--quick", action="store_true", help="1 text, the first 3 pairs")
+    ap.add_argument("--quick", action="store_true", help="1 text, the first pair")
     ap.add_argument("--sites", default="resid,attn,mlp")
     ap.add_argument("--pairs", default="reverse", choices=["reverse", "canonical", "all"])
     ap.add_argument("--forward", default="shared", choices=["shared", "copy"])
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
     sites = make_sites(arch.n_layers, arch.n_heads, [s.strip() for s in args.sites.split(",")])
     pairs = make_pairs(wl.orderings, args.pairs)
     if args.quick:
-        pairs = pairs[:3]
+        pairs = pairs[:1]
     prompts = [probe_prompts(lm, wl.rubric, it, wl.orderings, wl.template) for it in items]
     mode = forward_mode(lm.model, args.forward)
 
