@@ -15,12 +15,18 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ..probe import summary as S
 from ..stats._result import jsonable
 
 
 def _save(fig: Figure, path: Path) -> Path:
+    for ax in fig.axes:
+        if ax.get_label() != "<colorbar>":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if ax.get_ylabel() == "layer":
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100, metadata={"Software": None})
     return path
