@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .probe import cli as probe_cli
 from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, PromptSpec, Spec, add_flags
 
 log = logging.getLogger("logitjudge")
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo", help="report folder")
     d.add_argument("--model", default="gemma-3-270m", help="judge model id or folder")
+    probe_cli.add_parser(command)
     return ap
 
 
@@ -131,7 +133,8 @@ def cmd_demo(args) -> int:
     return run_demo(args.out, model=args.model)
 
 
-COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo}
+COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo,
+            "probe": probe_cli.cmd_probe}
 
 
 class UsageError(ValueError):

@@ -1,0 +1,243 @@
+"""logitjudge.probe: exactness against the plain model and the engine, and a planted positional shortcut that
+lens, attention, patching and probes must find."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import CORPUS, fresh_tiny_lm, tiny_tokenizer
+from planted import planted_lm
+
+from logitjudge import balanced, orderings
+from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
+from logitjudge.forward import install_shared_attention
+from logitjudge.items import Item
+from logitjudge.probe import summary as S
+from logitjudge.probe.capture import capture_item
+from logitjudge.probe.hooks import ProbeError, architecture, attn_implementation, hooks
+from logitjudge.probe.lens import option_distribution
+from logitjudge.probe.patching import make_pairs, make_sites, patch_item, patch_item_plain
+from logitjudge.probe.prompts import probe_prompts
+from logitjudge.probe.spans import category_names
+from logitjudge.prompts import builtin_template
+from logitjudge.rubric import Criterion, Rubric, ScoreOption, likert
+
+STORY = "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly. "
+WORDS = ["Very poor", "Poor", "Fair", "Good", "Excellent"]
+
+
+def digit_rubric() -> Rubric:
+    return Rubric((likert("Quality", "quality of the text", WORDS),), "Rate the text below.")
+
+
+def word_rubric() -> Rubric:  # multi-token labels for the tiny tokenizer ("Excellent")
+    opts = tuple(ScoreOption(float(i + 1), w, f"the text is {w.lower()}") for i, w in enumerate(WORDS))
+    return Rubric((Criterion("Quality", opts, "overall quality"),), "Rate the text.")
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return fresh_tiny_lm()  # its own model: patching installs the shared-prefix attention on it
+
+
+def _items(*repeats):
+    return [Item(f"i{k}", (STORY * r).strip()) for k, r in enumerate(repeats)]
+
+
+@pytest.mark.parametrize("rubric,template", [(digit_rubric, "text-first"), (word_rubric, "text-first"),
+                                             (digit_rubric, "rubric-first")])
+def test_last_layer_lens_equals_engine(lm, rubric, template):
+    rub, tpl, orders = rubric(), builtin_template(template), balanced(5)
+    arch = architecture(lm.model)
+    for it in _items(1, 3):
+        pps = probe_prompts(lm, rub, it, orders, tpl)
+        cap = capture_item(lm.model, arch, pps, attention=False)
+        eng = Engine(lm, prefix_mode="native").prompt_logprobs([[pp.encoded for pp in pps]])[0]
+        ref = np.array([distribution(x)[0] for x in eng])
+        assert np.abs(option_distribution(cap.lens_logprobs[:, -1]) - ref).max() < 1e-5
+        plain = plain_prompt_logprobs(lm.model, [pp.encoded for pp in pps])
+        assert np.abs(cap.lens_logprobs[:, -1] - np.array(plain)).max() < 5e-5
+
+
+def test_attention_masses_equal_eager_attentions(lm):
+    """Masses over all categories sum to 1 per head and equal the plain eager run's output_attentions."""
+    orders = orderings.random(5, 3, rng=2)
+    arch = architecture(lm.model)
+    pps = probe_prompts(lm, digit_rubric(), _items(2)[0], orders)
+    cap = capture_item(lm.model, arch, pps, attention=True)
+    assert np.abs(cap.attention.sum(-1) - 1).max() < 1e-5
+    C = len(category_names(5))
+    with attn_implementation(lm.model, "eager"), torch.inference_mode():
+        for k, pp in enumerate(pps):
+            out = lm.model(input_ids=torch.tensor([list(pp.ids)]), output_attentions=True)
+            for layer, w in enumerate(out.attentions):  # (1, H, T, T)
+                row = w[0, :, pp.answer].double().numpy()  # (H, T)
+                ref = np.stack([row[:, pp.spans.category == c].sum(1) for c in range(C)], axis=1)
+                assert np.abs(cap.attention[k, layer] - ref).max() < 1e-5
+
+
+def test_spans_cover_the_option_lines(lm):
+    rub = digit_rubric()
+    pp = probe_prompts(lm, rub, _items(1)[0], balanced(5))[3]
+    n = 5
+    for p, o in enumerate(pp.order):
+        toks = [t for t, c in zip(pp.ids, pp.spans.category) if c in (p, n + p)]
+        text = lm.tokenizer.decode(toks)
+        assert rub.criteria[0].options[o].description in text
+        assert pp.spans.category[pp.spans.line_ends[p]] == n + p
+    instr = [t for t, c in zip(pp.ids, pp.spans.category) if c == 2 * n]
+    assert lm.tokenizer.decode(instr).strip() == rub.instructions
+
+
+@pytest.mark.parametrize("mode", ["shared", "copy"])
+@pytest.mark.parametrize("rubric", [digit_rubric, word_rubric])
+def test_patching_matches_plain_hooks(lm, mode, rubric):
+    """Batched patching on the cached prefix equals one full forward per patch (the hook-library way)."""
+    if mode == "shared":
+        install_shared_attention(lm.model)
+    orders = balanced(5)
+    arch = architecture(lm.model)
+    sites = make_sites(arch.n_layers, arch.n_heads)
+    pps = probe_prompts(lm, rubric(), _items(2)[0], orders)
+    pairs = make_pairs(orders, "reverse")[:3]
+    clean, patched = patch_item(lm.model, arch, pps, pairs, sites, mode=mode, max_rows=17)
+    clean_ref, patched_ref = patch_item_plain(lm.model, arch, pps, pairs, sites)
+    assert np.abs(clean - clean_ref).max() < 1e-5
+    assert np.abs(patched - patched_ref).max() < 1e-5
+    assert np.abs(patched - clean[pairs[:, 1]][:, None]).max() > 1e-3  # the patches move the answers
+
+
+def test_self_patch_changes_nothing_and_last_residual_is_the_source(lm):
+    install_shared_attention(lm.model)
+    orders = balanced(5)
+    arch = architecture(lm.model)
+    sites = make_sites(arch.n_layers, arch.n_heads)
+    pps = probe_prompts(lm, digit_rubric(), _items(3)[0], orders)
+    K = len(orders)
+    selfpairs = np.stack([np.arange(K), np.arange(K)], axis=1)
+    clean, patched = patch_item(lm.model, arch, pps, selfpairs, sites)
+    assert np.abs(patched - clean[:, None]).max() <= 1e-6
+    pairs = make_pairs(orders, "all")
+    clean, patched = patch_item(lm.model, arch, pps, pairs, sites)
+    last = np.flatnonzero((sites.layer == arch.n_layers - 1) & (sites.kind == 0))[0]
+    assert np.abs(patched[:, last] - clean[pairs[:, 0]]).max() < 1e-5  # single-token labels
+
+
+def test_hook_names_are_checked(lm):
+    with pytest.raises(ProbeError, match="unknown hook point"):
+        with hooks(lm.model, {"blocks.0.resid": lambda t: None}):
+            pass
+    with pytest.raises(ProbeError, match="layers"):
+        with hooks(lm.model, {"blocks.99.hook_resid_post": lambda t: None}):
+            pass
+
+
+# ---- the planted shortcut -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def planted_table():
+    from logitjudge.probe.run import probe
+
+    lm, rub, tpl = planted_lm(tiny_tokenizer())
+    words = " ".join(CORPUS).split()
+    rng = np.random.default_rng(0)
+    items = [Item(str(i), " ".join(rng.choice(words, size=8 + i))) for i in range(6)]
+    return probe(lm, items, rub, balanced(5), template=tpl, progress=False)
+
+
+def test_planted_shortcut_model_picks_the_first_position(planted_table):
+    _, pos = S.chosen(planted_table)
+    assert (pos == 0).all()
+    assert planted_table.probs.max(-1).min() > 0.9
+
+
+def test_lens_finds_the_planted_layer(planted_table):
+    res = S.lens_summary(planted_table, n_boot=100, rng=0)
+    assert res.emerges_at == 1
+    assert res.pvalue[0] > 0.5 and res.pvalue[1] < 1e-10
+    assert res.log_odds[1, 0] > 3 and np.abs(res.log_odds[0]).max() < 1e-9
+
+
+def test_attention_finds_the_planted_head(planted_table):
+    att = S.attention_summary(planted_table, n_boot=100, rng=0)
+    assert np.unravel_index(att.position_index.argmax(), att.position_index.shape) == (1, 0)
+    assert att.top_position[1, 0] == 0 and att.by_position[1, 0, 0] > 0.95
+    assert att.follows_choice[1, 0] > 0.9  # the chosen option is the one shown first
+
+
+def test_patching_finds_the_planted_head(planted_table):
+    pat = S.patch_summary(planted_table, n_boot=100, rng=0)
+    moved = dict(zip(pat.names, pat.to_source))
+    for site in ("L1.resid", "L1.attn", "L1.head0"):
+        assert moved[site] > 0.99
+        # the head has already read the first line: what it carries is the source's label (content), not
+        # "take the first position" (which would pick the target's first option)
+        assert pat.follows_content[pat.names.index(site)] == 1.0
+        assert pat.follows_position[pat.names.index(site)] == 0.0
+    for site in ("L0.resid", "L0.attn", "L0.mlp", "L0.head0", "L0.head1", "L1.mlp", "L1.head1"):
+        assert abs(moved[site]) < 1e-6
+
+
+def test_linear_probe_finds_the_chosen_option_after_the_planted_layer(planted_table):
+    lin = S.linear_summary(planted_table, n_boot=200, rng=0)
+    before, after = lin.results[("chosen option", "answer")]
+    # before the head writes the label, the answer position's state is the same in every ordering of an item
+    assert before.accuracy == pytest.approx(0.2) and before.chance == pytest.approx(0.2)
+    assert after.ci_low > after.chance_ci_high and after.accuracy > 0.95
+
+
+# ---- the linear probe on known features -------------------------------------------------------------------
+def test_logistic_gradient_and_probe_on_known_features():
+    from scipy.optimize import check_grad
+
+    from logitjudge.probe.linear import fit_logistic, logistic_loss, probe_accuracy
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 120)
+    groups = np.repeat(np.arange(12), 10)
+    x_signal = np.eye(3)[y] * 2 + 0.3 * rng.standard_normal((120, 3))
+    x_noise = rng.standard_normal((120, 6))
+    good = probe_accuracy(np.hstack([x_signal, x_noise]), y, groups, n_boot=200, rng=1)
+    bad = probe_accuracy(x_noise, y, groups, n_boot=200, rng=1)
+    assert good.accuracy > 0.95 and good.ci_low > good.chance_ci_high
+    assert bad.ci_low <= max(bad.chance, 1 / 3) + 0.05 and bad.accuracy < 0.6
+    w = fit_logistic(x_signal, y, 3, l2=0.5)
+    assert (np.argmax(np.hstack([x_signal, np.ones((120, 1))]) @ w, 1) == y).mean() > 0.95
+    with pytest.raises(ProbeError):
+        probe_accuracy(x_noise, y, np.zeros(120), n_boot=0)
+
+    xb = np.hstack([x_signal, np.ones((120, 1))])
+    onehot = np.eye(3)[y]
+    w0 = rng.standard_normal(12)
+    assert check_grad(lambda v: logistic_loss(v, xb, onehot, 0.5)[0],
+                      lambda v: logistic_loss(v, xb, onehot, 0.5)[1], w0) < 1e-5
+    W = w0.reshape(4, 3)
+    z = xb @ W
+    direct = np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(120), y]) + 0.25 * (W[:-1] ** 2).sum() / 120
+    assert logistic_loss(w0, xb, onehot, 0.5)[0] == pytest.approx(direct, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_gemma_lens_attention_and_patching_are_exact(gemma_lm):
+    """The real Gemma-3-270M (18 layers, GQA, sliding + global layers): lens = engine, masses sum to 1,
+    batched patching = one full forward per patch (tolerance 1e-5 on option probabilities)."""
+    from logitjudge.probe.patching import Sites
+    from logitjudge.probe.run import forward_mode
+
+    orders = balanced(5)
+    pps = probe_prompts(gemma_lm, digit_rubric(), _items(2)[0], orders)
+    arch = architecture(gemma_lm.model)
+    cap = capture_item(gemma_lm.model, arch, pps, attention=True)
+    eng = Engine(gemma_lm).prompt_logprobs([[pp.encoded for pp in pps]])[0]
+    ref = np.array([distribution(x)[0] for x in eng])
+    assert np.abs(option_distribution(cap.lens_logprobs[:, -1]) - ref).max() < 1e-5
+    assert np.abs(cap.attention.sum(-1) - 1).max() < 1e-5
+    forward_mode(gemma_lm.model, "shared")
+    every = make_sites(arch.n_layers, arch.n_heads)
+    keep = np.isin(every.layer, [0, 8, 17]) & ((every.kind != 3) | (every.head == 1))
+    sites = Sites(every.layer[keep], every.kind[keep], every.head[keep])
+    pairs = make_pairs(orders, "reverse")[:2]
+    clean, patched = patch_item(gemma_lm.model, arch, pps, pairs, sites)
+    clean_ref, patched_ref = patch_item_plain(gemma_lm.model, arch, pps, pairs, sites)
+    assert np.abs(clean - clean_ref).max() < 1e-5 and np.abs(patched - patched_ref).max() < 1e-5
+    assert np.abs(clean - ref).max() < 1e-5
