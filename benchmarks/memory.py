@@ -19,19 +19,9 @@ import argparse
 import json
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def worker(mode: str, n_orderings: int, n_tokens: int, budget: int, min_shared: int) -> dict:
@@ -39,6 +29,7 @@ def worker(mode: str, n_orderings: int, n_tokens: int, budget: int, min_shared: 
 
     sys.path.insert(0, str(HERE))
     import workloads
+    from rss import measured
 
     from logitjudge.engine import Engine
     from logitjudge.models import load_model
@@ -51,23 +42,9 @@ def worker(mode: str, n_orderings: int, n_tokens: int, budget: int, min_shared: 
     item = workloads.make_texts(lm.tokenizer, 1, n_tokens, "hanna")[0][0]
     engine = Engine(lm, prefix_mode=mode, token_budget=budget, min_shared=min_shared)
     orders = random(5, n_orderings, rng=0)
-    base = rss_bytes()
-    peak = [base]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            peak[0] = max(peak[0], rss_bytes())
-            time.sleep(0.005)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    t0 = time.perf_counter()
-    table = score(lm, [item], builtin_rubric("default"), orders, engine=engine, progress=False)
-    secs = time.perf_counter() - t0
-    stop.set()
-    th.join()
-    return {"mode": mode, "peak_extra_mib": (peak[0] - base) / 2 ** 20, "seconds": secs,
+    table, secs, mib = measured(lambda: score(lm, [item], builtin_rubric("default"), orders, engine=engine,
+                                              progress=False))
+    return {"mode": mode, "peak_extra_mib": mib, "seconds": secs,
             "prompt_tokens": int(table.meta["engine_stats"]["tokens"]), "probs": table.probs.tolist()}
 
 

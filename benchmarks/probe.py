@@ -19,48 +19,13 @@ thread). The plain forward computes the full-vocabulary logits at every position
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
-def measured(fn):
-    """(result, seconds, peak extra RSS in MiB) of fn()."""
-    gc.collect()
-    base = rss_bytes()
-    peak = [base]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            peak[0] = max(peak[0], rss_bytes())
-            time.sleep(0.005)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    t0 = time.perf_counter()
-    try:
-        out = fn()
-    finally:
-        secs = time.perf_counter() - t0
-        stop.set()
-        th.join()
-    return out, secs, (peak[0] - base) / 2 ** 20
 
 
 def main(argv=None) -> int:
@@ -81,6 +46,7 @@ def main(argv=None) -> int:
 
     sys.path.insert(0, str(HERE))
     import workloads
+    from rss import measured
 
     from logitjudge.models import load_model, set_threads
     from logitjudge.probe.hooks import architecture
