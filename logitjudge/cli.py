@@ -124,6 +124,8 @@ def cmd_run(args) -> int:
     res = run_experiment(args.spec, data_dir=args.data_dir, out=args.out)
     print(res["verdict"])
     print(f"report: {res['report']}")
+    if "probe_report" in res:
+        print(f"probe page: {res['probe_report']}")
     return 0
 
 

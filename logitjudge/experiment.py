@@ -40,10 +40,17 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     method = "pearson"                 # pearson | spearman | kendall
     seed = 0
     n_draws = 100
+    [probe]                            # off unless probes is set: see `logitjudge probe`
+    # probes = ["lens", "attention"]   # lens | attention | patch | linear
+    # criterion = "Coherence"          # default: the rubric's first
+    # pairs = "reverse"                # reverse | canonical | all (patching)
+    # sites = ["resid", "attn"]        # resid | attn | mlp | head (patching; default: all)
+    # limit = 8                        # probe the first N scored items only
 
 The report folder holds ``table.npz`` (a rerun with the same settings reuses it; an interrupted run
 continues from ``table.npz.partial.jsonl``), ``results.json``, ``report.md``, ``report.html``, ``plots/``
-and ``spec.toml`` (the normalised spec, to run again with ``logitjudge run``). The settings, their defaults, help
+and ``spec.toml`` (the normalised spec, to run again with ``logitjudge run``); with ``[probe]``, ``probe.npz``
+(resumable) and the probe page in ``probe/``. The settings, their defaults, help
 and checks are the fields of :mod:`logitjudge.spec`; ``logitjudge score`` runs the same pipeline on a spec built
 from its flags.
 """
@@ -325,10 +332,53 @@ def run_experiment(spec_path_or_dict, *, data_dir=None, out=None, lm=None, progr
     not loaded). Returns ``{"verdict", "report" (the folder), "results" (the analysis dict)}``.
     """
     exp = prepare(spec_path_or_dict, data_dir=data_dir, out=out)
+    probe_args = probe_settings(exp)  # checked before the model loads
     if lm is None:
         check_labels(exp)
         lm = load_judge(exp.spec)
     table = score_experiment(exp, lm, progress=progress)
     results = analyze_experiment(exp, table)
     folder = write_experiment_report(exp, table, results)
-    return {"verdict": results["verdict"], "report": str(folder), "results": results}
+    out = {"verdict": results["verdict"], "report": str(folder), "results": results}
+    if probe_args is not None:
+        out["probe_report"] = str(probe_experiment(exp, lm, probe_args, progress=progress))
+    return out
+
+
+def probe_settings(exp: Experiment) -> dict | None:
+    """The keyword arguments of :func:`logitjudge.probe.run.probe` for the spec's [probe] section (None: off),
+    checked without the model: probe names, sites, pairs, the criterion and a design that moves the options."""
+    p = exp.spec.probe
+    if not p.probes:
+        return None
+    from .probe.hooks import ProbeError
+    from .probe.patching import KINDS
+    from .probe.run import check_probe_args
+
+    names = [c.name for c in exp.rubric.criteria]
+    if p.criterion is not None and p.criterion not in names:
+        raise SpecError(f"spec [probe] criterion: {p.criterion!r} is not one of the rubric's criteria {names}")
+    if exp.option_orders.ndim != 2 or exp.criterion_orders is not None:
+        raise SpecError("spec [probe]: probing reads one criterion under orderings shared by every item; use "
+                        "[orderings] options = \"balanced\" (or \"all\") without multi_criteria, or run "
+                        "`logitjudge probe`")
+    kinds = tuple(p.sites or KINDS)
+    try:
+        probes = check_probe_args(p.probes, exp.option_orders, pairs=p.pairs, kinds=kinds)
+    except ProbeError as e:
+        raise SpecError(f"spec [probe]: {e}") from None
+    return {"probes": probes, "criterion": names.index(p.criterion) if p.criterion else 0, "pairs": p.pairs,
+            "kinds": kinds}
+
+
+def probe_experiment(exp: Experiment, lm, probe_args: dict, *, progress: bool = True) -> Path:
+    """Probe the first ``[probe] limit`` items (resumable, ``<out>/probe.npz``) and write the probe page into
+    ``<out>/probe/``."""
+    from .probe.run import probe
+    from .report.probe import write_probe_report
+
+    items = exp.items[:exp.spec.probe.limit] if exp.spec.probe.limit else exp.items
+    table = probe(lm, items, exp.rubric, exp.option_orders, template=exp.template, out=exp.out / "probe.npz",
+                  progress=progress, **probe_args)
+    a = exp.spec.analysis
+    return write_probe_report(table, exp.out / "probe", n_boot=a.n_boot, rng=a.seed)

@@ -104,8 +104,24 @@ class AnalysisSpec:
     n_draws: int = opt(100, "draws of the sampled reading", minimum=1)
 
 
+@dataclass(frozen=True)
+class ProbeSpec:
+    """Probing the judge's internals after scoring (:mod:`logitjudge.probe`); off unless ``probes`` is set."""
+
+    probes: list | None = opt(None, "probes to run on the scored prompts: lens, attention, patch, linear (unset: no "
+                              "probing)", kind="strs", example='["lens", "attention"]', cli=False)
+    criterion: str | None = opt(None, "the criterion probed (unset: the rubric's first)", kind="str",
+                                example='"Coherence"', cli=False)
+    pairs: str = opt("reverse", "order-swap pairs patched: each ordering with its reverse, with the canonical "
+                     "order, or all pairs", choices=("reverse", "canonical", "all"), cli=False)
+    sites: list | None = opt(None, "patch sites: resid, attn, mlp, head (unset: all)", kind="strs",
+                             example='["resid", "attn"]', cli=False)
+    limit: int | None = opt(None, "probe the first N scored items only (probing costs far more than scoring)",
+                            kind="int", minimum=1, example="8", cli=False)
+
+
 SECTIONS = {"model": ModelSpec, "data": DataSpec, "prompts": PromptSpec, "orderings": OrderingSpec,
-            "analysis": AnalysisSpec}
+            "analysis": AnalysisSpec, "probe": ProbeSpec}
 
 
 @dataclass(frozen=True)
@@ -123,6 +139,7 @@ class Spec:
     prompts: PromptSpec = field(default_factory=PromptSpec)
     orderings: OrderingSpec = field(default_factory=OrderingSpec)
     analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
+    probe: ProbeSpec = field(default_factory=ProbeSpec)
     base: str | None = None  # the spec file's folder: relative paths in the spec are looked up there first
     from_flags: bool = False  # built from command-line flags: errors name the flag, not the TOML key
 

@@ -299,3 +299,38 @@ def test_prepare_reads_data_sets():
     with pytest.raises(SpecError, match=r"\[data\].*no option"):
         prepare({"name": "m", "data": {"name": "mt_bench", "options": {"model": ["gpt-4"]}}}, data_dir=data)
 
+
+
+def test_probe_section_probes_the_scored_items(root):
+    """[probe] runs the chosen probes on the first `limit` scored items and writes the probe page beside the
+    report; the lens's last layer equals the scored probabilities (the same prompts, the same model)."""
+    from logitjudge.probe.table import ProbeTable
+
+    out = root / "probed"
+    spec = {"name": "tiny-probe", "out": str(out), "_base": str(root), "model": {"id": "tiny"},
+            "data": {"texts": "texts.jsonl", "rubric": "rubric.toml", "criteria": ["Fluency"]},
+            "analysis": {"n_boot": 20, "n_draws": 3},
+            "probe": {"probes": ["lens", "attention"], "limit": 2}}
+    res = run_experiment(spec, progress=False)
+    page = out / "probe" / "probe.html"
+    assert res["probe_report"] == str(page) and page.exists()
+    probed, table = ProbeTable.load(out / "probe.npz"), ScoreTable.load(out / "table.npz")
+    assert list(probed.item_ids) == list(table.item_ids[:2])
+    np.testing.assert_allclose(probed.probs, table.probs[:2, 0], atol=1e-5)
+    np.testing.assert_allclose(probed.lens_probs[:, :, -1], table.probs[:2, 0], atol=1e-5)  # [I, K, n]
+
+
+@pytest.mark.parametrize("probe, words", [
+    ({"probes": ["lens", "heads"]}, ["[probe]", "unknown probes", "'heads'"]),
+    ({"probes": ["lens"], "criterion": "Wit"}, ["[probe] criterion", "'Wit'"]),
+    ({"probes": ["patch"], "sites": ["ffn"]}, ["[probe]", "unknown patch sites"]),
+])
+def test_bad_probe_section_is_refused_before_the_model(root, probe, words):
+    from logitjudge.experiment import probe_settings
+
+    spec = {"name": "bad", "out": str(root / "bad"), "_base": str(root),
+            "data": {"texts": "texts.jsonl", "rubric": "rubric.toml"}, "probe": probe}
+    with pytest.raises(SpecError) as e:
+        probe_settings(prepare(spec))
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
