@@ -113,7 +113,7 @@ sys.exit(main(sys.argv[1:]))
 
 def test_resume_after_kill(tmp_path, model_dir):
     texts = write_texts(tmp_path / "texts.jsonl", 12)
-    args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "random:3",
+    args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "shared-random:3",
             "--token-budget", "64", "--quiet"]
     ref = tmp_path / "ref.npz"
     assert main(args + ["--out", str(ref)]) == 0

@@ -3,7 +3,7 @@ import pytest
 from scipy import stats as sps
 from synthetic import planted_human, planted_table
 
-from logitjudge.stats import ShapeError, aggregate_scores, budget_curve, gain_fraction
+from logitjudge.stats import ShapeError, StatsError, aggregate_scores, budget_curve, gain_fraction
 
 
 def test_gain_fraction_by_hand():
@@ -40,23 +40,27 @@ def test_budget_curve_endpoints_by_hand():
     # FIXED with exact readings is flat at the canonical prompt's correlation, so its gain is undefined
     np.testing.assert_allclose(res.curves["fixed"], sps.pearsonr(p[:, 0] @ v, y).statistic)
     assert not res.gain["fixed"].defined
-    g = res.gain["balanced"]
-    assert g.defined and g.fraction[0] == 0 and g.fraction[-1] == pytest.approx(1.0)
+    g = res.gain["balanced"]  # the share of the gain over FIXED(1), defined: the gain is positive, its CI > 0
+    f1 = res.curves["fixed"][0]
+    assert g.defined and g.full_gain_ci_low > 0 and g.fraction[-1] == pytest.approx(1.0)
+    assert g.fraction[0] == pytest.approx((res.curves["balanced"][0] - f1) / (res.curves["balanced"][-1] - f1))
+    np.testing.assert_allclose(res.gain_over_fixed["balanced"], res.curves["balanced"] - f1)
     assert res.curves["random"][-1] > res.curves["random"][0]
     assert res.balanced_minus_random == pytest.approx(res.curves["balanced"] - res.curves["random"])
     den = res.curves["balanced"][-1] - res.curves["fixed"][-1]
     assert res.variance_share == pytest.approx((res.curves["random"][-1] - res.curves["fixed"][-1]) / den)
 
 
-def test_budget_curve_draw_reading_improves_fixed_and_unbalanced_tables():
+def test_budget_curve_sampled_reading_improves_fixed_and_unbalanced_tables():
     t, y = _study()
-    res = budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y, reading="draw", strategies=("fixed",),
+    res = budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y, reading="sampled", strategies=("fixed",),
                        k_max=6, n_draws=10, rng=0)
     assert res.curves["fixed"][-1] > res.curves["fixed"][0]  # repeated sampling averages the draw noise away
     tr, yr = _study(orderings="random")
     res = budget_curve(tr.probs[:, 0], tr.values[0], tr.option_orders, yr, n_draws=10, rng=0,
                        method="spearman")
     assert set(res.curves) == {"fixed", "random"} and "not balanced" in res.notes[0]
+    assert "shared orders" in res.notes[1] and res.pool == "shared orders"
     assert not res.variance_share_defined
 
 
@@ -68,5 +72,5 @@ def test_grouped_level_and_errors():
     assert np.isfinite(res.curves["balanced"]).all()
     with pytest.raises(ShapeError, match="align"):
         budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y[:-1])
-    with pytest.raises(ValueError, match="needs groups"):
+    with pytest.raises(StatsError, match="needs groups"):
         budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y, level="grouped")
