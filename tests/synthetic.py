@@ -66,8 +66,9 @@ def planted_table(n_items: int, n_options: int = 5, *, position_bias=None, crite
     criterion_position_shift: points added to the expected score of a criterion shown at position q: shape
         (n_criteria,) for all criteria alike or (n_criteria criteria, n_criteria positions).
     orderings: 'balanced' | 'all' | 'random' (one set shared by every item) | 'per-item-random' | 'fixed' | an
-        array of option orders ([K, n], or [items, K, n] per item with a single criterion). With several criteria, the option
-        orders are crossed with the criterion orders (default: the n_criteria cyclic rotations).
+        array of option orders ([K, n], or [items, K, n] per item with a single criterion). With several
+        criteria, the option orders are crossed with the criterion orders (default: the n_criteria cyclic
+        rotations).
     prompt_noise: sd of Gaussian noise added to every log-probability (a judge's per-prompt idiosyncrasy
         that is independent of position), so that argmax choices vary across prompts.
     n_groups: items are assigned round-robin to groups 'g0', 'g1', ... (``item_groups``).
