@@ -129,8 +129,8 @@ class PositionChiSquareResult(Result):
     ``counts[position]``: how many prompts chose each position (``reading`` 'greedy': the argmax, ties split;
     'sampled': one seeded run of a judge sampling at ``temperature``); ``expected_shares``: the exact
     expected share of each position under the reading (for 'sampled' the mean tempered probability, which the
-    shares of a sampling run scatter around). ``favoured``: the positions whose share lies above 1/n (its
-    bootstrap CI's lower bound, or without a bootstrap a one-sided Bonferroni z-test on the cell). ``label``
+    shares of a sampling run scatter around). ``favoured``: the positions whose share's bootstrap CI lies above
+    1/n (without a bootstrap: above 1/n and tied with the largest share). ``label``
     (see :func:`position_label`) is 'first' / 'last' / 'edges' / 'middle' / 'mixed' when the test rejects at
     ``alpha`` and some position is favoured, else 'none'; ``label_reason`` says why and quotes the counts.
     """
@@ -202,16 +202,21 @@ def _check_design(design: str, allow_confounded: bool, what: str) -> None:
 
 
 def _favoured(counts, ci_low, alpha: float) -> np.ndarray:
-    """Positions whose share lies above 1/n: the CI's lower bound where there is one, else a one-sided
-    Bonferroni z-test of the cell (adjusted residual)."""
+    """Positions favoured by the judge. With bootstrap CIs: those whose share's CI lies above 1/n. Without:
+    those whose share is above 1/n and not significantly below the largest share (two-sided z-test at
+    ``alpha`` on the difference of two multinomial counts), so that positions tied at the top stay together
+    (a U-shape is both ends, not the first of them)."""
     counts = np.asarray(counts, dtype=np.float64)
     n = counts.size
     low = np.asarray(ci_low, dtype=np.float64)
     if np.all(np.isfinite(low)):
         return low > 1.0 / n
-    e = counts.sum() / n
-    z = (counts - e) / np.sqrt(e * (1.0 - 1.0 / n))
-    return z > sps.norm.ppf(1.0 - alpha / n)
+    total = counts.sum()
+    top = counts.max()
+    p_top, p = top / total, counts / total
+    sd = np.sqrt(np.maximum(total * (p_top + p - (p_top - p) ** 2), 1e-300))
+    tied_with_top = (top - counts) / sd < sps.norm.ppf(1.0 - alpha / 2)
+    return tied_with_top & (p > 1.0 / n)
 
 
 def _shape_label(fav: np.ndarray) -> str:
@@ -234,8 +239,8 @@ def _shape_label(fav: np.ndarray) -> str:
 def position_label(shares, ci_low, pvalue: float, alpha: float, *, counts=None) -> tuple[str, str]:
     """Direction label from the shares, their CI lower bounds and the test's p-value.
 
-    'none' unless the test rejects at ``alpha`` and some position is favoured (share above 1/n: CI lower bound,
-    or without CIs a Bonferroni z-test on ``counts``). The favoured set is then 'first' (a block from position
+    'none' unless the test rejects at ``alpha`` and some position is favoured (see ``_favoured``: the share's CI
+    lies above 1/n, or without CIs the share is above 1/n and tied with the largest one given ``counts``). The favoured set is then 'first' (a block from position
     0), 'last' (a block ending at the last position), 'edges' (both ends favoured: a U-shape), 'middle' (an
     interior block) or 'mixed'. The reason quotes the counts the verdict rests on.
     """
@@ -246,17 +251,17 @@ def position_label(shares, ci_low, pvalue: float, alpha: float, *, counts=None) 
     if not pvalue < alpha:
         return "none", f"not significant (p = {pvalue:.3g} >= alpha = {alpha}){quote}"
     low = np.asarray(ci_low, dtype=np.float64)
-    has_ci = np.all(np.isfinite(low))
-    if not has_ci and counts is None:
-        fav = shares >= shares.max()  # no CI and no counts: the largest share(s), tied ones together
+    has_ci = bool(np.all(np.isfinite(low)))
+    if not has_ci and counts is None:  # no CI and no counts: the largest share(s), tied ones together
+        fav = (shares >= shares.max()) & (shares > 1.0 / n)
     else:
-        fav = _favoured(cnt, low, alpha) if counts is not None else low > 1.0 / n
+        fav = _favoured(cnt, low, alpha)
     if not fav.any():
         return "none", (f"significant, but no position's share lies above 1/{n}"
                         + (" (CI lower bounds)" if has_ci else "") + quote)
     label = _shape_label(fav)
-    how = "CI above" if has_ci else "share significantly above"
-    return label, f"positions {np.flatnonzero(fav).tolist()} have a share {how} 1/{n}{quote}"
+    how = "a share whose CI lies above" if has_ci else "the largest share (or one tied with it), above"
+    return label, f"positions {np.flatnonzero(fav).tolist()} have {how} 1/{n}{quote}"
 
 
 def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperature: float = 1.0,
@@ -356,6 +361,8 @@ def fit_position_effect(probs, option_orders, *, n_boot: int = 1000, confidence:
     data, so it is the mean of per-item fits and the bootstrap over items is one matrix product. On a balanced
     design it equals the centred mean log-probability at each position (:func:`pride_prior`'s closed form).
     Probabilities are floored at ``floor`` before the log. A FIXED design is not identifiable (DesignError).
+    Per-item orders ``[items, orderings, positions]``: one least-squares fit pooled over the items' own designs
+    (the bootstrap refits it on each resample).
     """
     p = as_array(probs, "probs", 3, "[items, orderings, options]")
     check_distributions(p, "probs")
@@ -373,19 +380,30 @@ def fit_position_effect(probs, option_orders, *, n_boot: int = 1000, confidence:
                               "orderings")
         per_item = y @ np.linalg.pinv(x).T  # [items, n]; pinv's minimum-norm solution already sums to 0
         xs = np.broadcast_to(x, (i,) + x.shape)
-    else:  # per-item orders: one small regression per item (each item's orders must identify the bias)
+    else:  # per-item orders: one least-squares fit pooled over items (each item's design is its own)
         xs = np.stack([_position_design(o) for o in orders])  # [items, K*n, n]
-        if min(np.linalg.matrix_rank(x) for x in xs) < n - 1:
-            raise DesignError("position bias is not identifiable from some item's orderings (too few orders "
-                              "per item); score more orders per item")
-        per_item = np.einsum("ij,inj->in", y, np.linalg.pinv(xs))
-    per_item -= per_item.mean(axis=1, keepdims=True)
-    bias = per_item.mean(axis=0)
+        gram, rhs = np.einsum("ikn,ikm->inm", xs, xs), np.einsum("ikn,ik->in", xs, y)
+        if np.linalg.matrix_rank(gram.sum(axis=0)) < n - 1:
+            raise DesignError("position bias is not identifiable from these per-item orderings (every item "
+                              "shows each option at the same position); score random or balanced orders")
+        per_item = None
+    if per_item is not None:
+        per_item -= per_item.mean(axis=1, keepdims=True)
+        bias = per_item.mean(axis=0)
+    else:
+        bias = np.linalg.pinv(gram.sum(axis=0)) @ rhs.sum(axis=0)
+        bias -= bias.mean()
     rmse = float(np.sqrt(np.mean((y - np.einsum("n,ijn->ij", bias, xs)) ** 2)))
     scale = n / (n - 1)  # with sum(bias) = 0: bias[p] - mean of the others = bias[p] * n / (n - 1)
     if n_boot:
         need_items(i, 2, "a bootstrap CI over items")
-        lo, hi = percentile_ci(scale * mean_over_units(per_item, n_boot, rng), confidence)
+        if per_item is not None:
+            boot = mean_over_units(per_item, n_boot, rng)
+        else:  # the pooled fit on each resample: weighted normal equations, one small solve per resample
+            w = bootstrap_weights(i, n_boot, rng)
+            boot = np.einsum("bnm,bm->bn", np.linalg.pinv(np.einsum("bi,inm->bnm", w, gram)), w @ rhs)
+            boot -= boot.mean(axis=1, keepdims=True)
+        lo, hi = percentile_ci(scale * boot, confidence)
     else:
         lo = hi = np.full(n, np.nan)
     return PositionEffectResult(bias, softmax(bias), scale * bias, lo, hi, rmse, detect_design(orders), i, k,
