@@ -240,9 +240,10 @@ def position_label(shares, ci_low, pvalue: float, alpha: float, *, counts=None) 
     """Direction label from the shares, their CI lower bounds and the test's p-value.
 
     'none' unless the test rejects at ``alpha`` and some position is favoured (see ``_favoured``: the share's CI
-    lies above 1/n, or without CIs the share is above 1/n and tied with the largest one given ``counts``). The favoured set is then 'first' (a block from position
-    0), 'last' (a block ending at the last position), 'edges' (both ends favoured: a U-shape), 'middle' (an
-    interior block) or 'mixed'. The reason quotes the counts the verdict rests on.
+    lies above 1/n, or without CIs the share is above 1/n and tied with the largest one given ``counts``). The
+    favoured set is then 'first' (a block from position 0), 'last' (a block ending at the last position),
+    'edges' (both ends favoured: a U-shape), 'middle' (an interior block) or 'mixed'. The reason quotes the
+    counts the verdict rests on.
     """
     shares = np.asarray(shares, dtype=np.float64)
     n = shares.size
