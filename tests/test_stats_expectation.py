@@ -103,3 +103,15 @@ def test_readings_by_hand():
         tempered(p, 0.0)
     res = aggregate_scores(p[:, None], v, ords.fixed(3), strategy="fixed", reading="argmax")
     assert res.reading == "greedy"  # results record the canonical reading name
+
+
+def test_position_distribution_records_its_reading():
+    from logitjudge.stats import position_distribution
+
+    pbp = np.array([[[0.5, 0.3, 0.2], [0.2, 0.2, 0.6]], [[0.1, 0.8, 0.1], [0.3, 0.3, 0.4]]])
+    np.testing.assert_allclose(position_distribution(pbp, n_boot=0).distribution, pbp.mean(axis=(0, 1)))
+    g = position_distribution(pbp, reading="greedy", n_boot=0)
+    np.testing.assert_allclose(g.distribution, [0.25, 0.25, 0.5])  # argmax at 0, 2, 1, 2
+    assert g.reading == "greedy"
+    s = position_distribution(pbp, reading="sampled", temperature=0.5, n_boot=0)
+    np.testing.assert_allclose(s.distribution, tempered(pbp, 0.5).mean(axis=(0, 1)))

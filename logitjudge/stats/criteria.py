@@ -26,6 +26,7 @@ from ._result import (
     need_items,
     percentile_ci,
 )
+from .readings import check_reading
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class CriterionPositionResult(Result):
     null_spread_high: np.ndarray | None = None
     excess_spread: np.ndarray | None = None
     n_perm: int = 0
+    reading: str = "expected"
 
 
 def _item_position_means(scores: np.ndarray, onehot: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -77,14 +79,15 @@ def _spread(matrix: np.ndarray, observed: np.ndarray) -> np.ndarray:
 
 
 def criterion_position_effect(scores, criterion_orders, *, test: str = "auto", n_perm: int = 1000,
-                              n_boot: int = 1000, confidence: float = 0.95, rng=None
+                              reading: str = "expected", n_boot: int = 1000, confidence: float = 0.95, rng=None
                               ) -> CriterionPositionResult:
     """Criterion x position mean-score matrix, per-criterion spread with CIs, and a within-item test.
 
     ``test='auto'`` uses Friedman when every criterion is seen at >= 3 positions, else the permutation test.
     The permutation test shuffles, independently within each item, which ordering each prompt's scores belong
     to; its null is that scores do not depend on the ordering at all (including option order, if that varies
-    too). p-values are ``(1 + #{perm >= observed}) / (1 + n_perm)``.
+    too). p-values are ``(1 + #{perm >= observed}) / (1 + n_perm)``. ``reading`` names how ``scores`` were
+    read (recorded in the result).
     """
     s = as_array(scores, "scores", 3, "[items, criteria, orderings]")
     if not np.all(np.isfinite(s)):
@@ -140,7 +143,8 @@ def criterion_position_effect(scores, criterion_orders, *, test: str = "auto", n
     null_mean = np.where(valid, null.mean(axis=0), np.nan)
     null_high = np.where(valid, np.quantile(null, confidence, axis=0), np.nan)
     return CriterionPositionResult(matrix, spread, lo, hi, stat, pval, test, i, k, confidence, tuple(notes),
-                                   null_mean, null_high, spread - null_mean, int(n_perm))
+                                   null_mean, null_high, spread - null_mean, int(n_perm),
+                                   check_reading(reading))
 
 
 def _null_spreads(s, onehot, counts, observed, n_perm: int, rng) -> np.ndarray:

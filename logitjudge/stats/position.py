@@ -95,7 +95,9 @@ def _pbp(pbp, name="pbp") -> np.ndarray:
 # ---- mean positional distribution --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PositionDistributionResult(Result):
-    """Exact mean probability of each position over items and orderings, with bootstrap CIs over items."""
+    """Exact mean share of each position over items and orderings, with bootstrap CIs over items: the
+    probability mass ('expected'), the share of prompts whose argmax is there ('greedy', ties split) or the
+    expected share of a judge sampling at ``temperature`` ('sampled'; at T=1 the probability mass)."""
 
     distribution: np.ndarray
     ci_low: np.ndarray
@@ -104,13 +106,21 @@ class PositionDistributionResult(Result):
     n_items: int
     n_orderings: int
     confidence_level: float
+    reading: str = "expected"
+    temperature: float = 1.0
 
 
-def position_distribution(pbp, *, n_boot: int = 1000, confidence: float = 0.95, rng=None
-                          ) -> PositionDistributionResult:
-    """Mean of ``pbp`` over items and orderings (descriptive: a FIXED design mixes content and position)."""
+def position_distribution(pbp, *, reading: str = "expected", temperature: float = 1.0, n_boot: int = 1000,
+                          confidence: float = 0.95, rng=None) -> PositionDistributionResult:
+    """Mean of each prompt's position shares under ``reading`` over items and orderings (descriptive: a FIXED
+    design mixes content and position)."""
     a = _pbp(pbp)
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
+    reading = check_reading(reading)
+    if reading == "greedy":
+        a = chosen_positions(a)
+    elif reading == "sampled":
+        a = tempered(a, temperature)
     per_item = a.mean(axis=1)
     dist = per_item.mean(axis=0)
     if n_boot:
@@ -118,7 +128,8 @@ def position_distribution(pbp, *, n_boot: int = 1000, confidence: float = 0.95, 
         lo, hi = percentile_ci(mean_over_units(per_item, n_boot, rng), confidence)
     else:
         lo = hi = np.full_like(dist, np.nan)
-    return PositionDistributionResult(dist, lo, hi, 1.0 / a.shape[2], a.shape[0], a.shape[1], confidence)
+    return PositionDistributionResult(dist, lo, hi, 1.0 / a.shape[2], a.shape[0], a.shape[1], confidence,
+                                      reading, float(temperature))
 
 
 # ---- chi-square goodness of fit on chosen positions --------------------------------------------------------

@@ -116,11 +116,15 @@ class RankStabilityResult(Result):
     defined: bool
     reason: str
     confidence_level: float
+    reading: str = "expected"
 
 
 def rank_stability(scores, groups, *, canonical: int | None = None, option_orders=None, tol: float = 1e-9,
-                   n_boot: int = 1000, confidence: float = 0.95, rng=None) -> RankStabilityResult:
-    """Stability of within-group rankings across orderings (see the module doc for definitions)."""
+                   reading: str = "expected", n_boot: int = 1000, confidence: float = 0.95, rng=None
+                   ) -> RankStabilityResult:
+    """Stability of within-group rankings across orderings (see the module doc for definitions). ``flip_rate``
+    is the pairwise top-1 disagreement, not the study's top-1 flip (:func:`top1_flips`). ``reading`` names how
+    ``scores`` were read (recorded in the result)."""
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     by_group, valid, canonical, n_groups = _prepare(scores, groups, canonical, option_orders)
     k, g = by_group.shape[:2]
@@ -148,7 +152,7 @@ def rank_stability(scores, groups, *, canonical: int | None = None, option_order
     tau_mean = float(np.nanmean(tau_g)) if defined else nan
     return RankStabilityResult(tau_mean, t_lo, t_hi, float(tau_c), float(flip_g.mean()), f_lo, f_hi,
                                float(flip[vs].mean()), n_groups, g, k, int(upper.sum()), canonical, defined,
-                               reason, confidence)
+                               reason, confidence, check_reading(reading))
 
 
 @dataclass(frozen=True)
