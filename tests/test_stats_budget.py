@@ -144,3 +144,13 @@ def test_all_orders_table_random_and_balanced_like_the_study():
     x = read_scores(t.probs[:, 0][:, rows], t.values[0], reading="greedy").mean(axis=1)
     assert res.curves["balanced"][-1] == pytest.approx(sps.pearsonr(x, y).statistic)
     assert res.reading == "greedy" and set(res.gain_ci["random"]) == {"K=3", "K=5", "K=8"}
+
+
+def test_per_item_random_table_has_random_but_no_fixed_curve():
+    t = planted_table(40, 4, orderings="per-item-random", n_orderings=6, prompt_noise=0.6, rng=1)
+    h = planted_human(t, noise=0.5, rng=2)
+    y = np.array([h[i]["C0"] for i in t.item_ids])
+    res = budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y, reading="greedy", n_boot=50, rng=0)
+    assert set(res.curves) == {"random"} and res.pool == "per-item random orders"
+    assert any("no FIXED curve" in n for n in res.notes) and not res.gain["random"].defined
+    assert res.curves_se["random"].max() <= res.precision

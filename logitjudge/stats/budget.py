@@ -27,6 +27,7 @@ import numpy as np
 from ..orderings import balanced as balanced_orders
 from ._result import (
     BALANCED,
+    DesignError,
     InsufficientDataError,
     Result,
     ShapeError,
@@ -263,6 +264,11 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
         if bal_rows is None:
             strategies.remove("balanced")
             notes.append("orderings are not balanced: no BALANCED curve")
+        try:
+            canonical_index(orders)
+        except DesignError as e:
+            strategies.remove("fixed")
+            notes.append(f"no FIXED curve: {e}")
     strategies = tuple(strategies)
     for s in strategies:
         check_choice("strategy", s, ("fixed", "random", "balanced"))
@@ -328,7 +334,8 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
     for s in strategies:
         ci = gain_ci.get(s, {}).get(f"K={k_max}")
         if "fixed" not in strategies:
-            gain[s] = gain_fraction(curves[s])
+            gain[s] = GainResult(np.full(k_max, np.nan), False, "no FIXED curve: the gain is measured over FIXED "
+                                 "at K=1", float("nan"), float(curves[s][-1]))
             continue
         g = gain_fraction(curves[s], baseline=base, ci=ci)
         if ci is None and g.defined:
