@@ -220,6 +220,24 @@ def _mc(draw, stat, min_draws, max_draws, precision, keep=200, batch=200):
     return float(allv.mean()), float(se), float(allv.std()), np.concatenate(kept)
 
 
+def _check_budget_args(p, human, method, level, groups, n_draws) -> np.ndarray:
+    y = np.asarray(human, dtype=np.float64)
+    if y.ndim != 1 or not np.all(np.isfinite(y)):
+        raise ShapeError(f"human must be a 1-D array of finite scores, got shape {y.shape}")
+    if len(y) != p.shape[0]:
+        raise ShapeError(f"human has {len(y)} scores for {p.shape[0]} items; align them first (align_human)")
+    if len(y) < MIN_N:
+        raise InsufficientDataError(f"a budget curve needs at least {MIN_N} items with human scores, "
+                                    f"got {len(y)}")
+    check_choice("method", method, METHODS)
+    check_choice("level", level, ("item", "grouped"))
+    if level == "grouped" and groups is None:
+        raise StatsError("level='grouped' needs groups (one label per item)")
+    if int(n_draws) != n_draws or n_draws < 2:
+        raise StatsError(f"n_draws must be an integer >= 2, got {n_draws!r}")
+    return y
+
+
 def budget_curve(probs, values, option_orders, human, *, method: str = "pearson", level: str = "item",
                  groups=None, reading: str = "expected", temperature: float = 1.0, k_max: int | None = None,
                  strategies=None, n_draws: int = 200, precision: float = DEFAULT_PRECISION,
@@ -234,22 +252,9 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
     balanced rows; FIXED when per-item orders have no common canonical row.
     """
     p, v, orders = _inputs(probs, values, option_orders)
-    y = np.asarray(human, dtype=np.float64)
-    if y.ndim != 1 or not np.all(np.isfinite(y)):
-        raise ShapeError(f"human must be a 1-D array of finite scores, got shape {y.shape}")
-    if len(y) != p.shape[0]:
-        raise ShapeError(f"human has {len(y)} scores for {p.shape[0]} items; align them first (align_human)")
-    if len(y) < MIN_N:
-        raise InsufficientDataError(f"a budget curve needs at least {MIN_N} items with human scores, "
-                                    f"got {len(y)}")
-    check_choice("method", method, METHODS)
-    check_choice("level", level, ("item", "grouped"))
+    y = _check_budget_args(p, human, method, level, groups, n_draws)
     reading = check_reading(reading)
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
-    if level == "grouped" and groups is None:
-        raise StatsError("level='grouped' needs groups (one label per item)")
-    if int(n_draws) != n_draws or n_draws < 2:
-        raise StatsError(f"n_draws must be an integer >= 2, got {n_draws!r}")
     rng = as_rng(rng)
     n_items, n_ord, n = p.shape
     bal_rows = _balanced_rows(orders, n)
@@ -323,25 +328,8 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
         curves[s], ses[s], sds[s] = mean, se, sd
     base = curves["fixed"][0] if "fixed" in strategies else np.nan
     gain_over = {s: curves[s] - base for s in strategies}
-    gain_ci, gain = {}, {}
-    if n_boot and "fixed" in strategies:
-        units = n_items if level == "item" else len(stat.members)
-        idx = bootstrap_indices(units, n_boot, rng)
-        base_b = stat.boot(kept["fixed", 1], idx)
-        for s in strategies:
-            gain_ci[s] = {f"K={k}": list(percentile_ci(stat.boot(kept[s, k], idx) - base_b, confidence))
-                          for k in report}
-    for s in strategies:
-        ci = gain_ci.get(s, {}).get(f"K={k_max}")
-        if "fixed" not in strategies:
-            gain[s] = GainResult(np.full(k_max, np.nan), False, "no FIXED curve: the gain is measured over FIXED "
-                                 "at K=1", float("nan"), float(curves[s][-1]))
-            continue
-        g = gain_fraction(curves[s], baseline=base, ci=ci)
-        if ci is None and g.defined:
-            g = GainResult(np.full(k_max, np.nan), False, "no bootstrap CI of the gain (n_boot=0): a share is "
-                           "reported only for a gain whose CI excludes 0", g.r_first, g.r_last, g.full_gain)
-        gain[s] = g
+    gain_ci = _gain_cis(stat, kept, strategies, report, n_items, level, n_boot, confidence, rng)
+    gain = _shares(curves, gain_ci, strategies, k_max)
     nan = np.full(k_max, np.nan)
     rmf = curves["random"] - curves["fixed"] if {"random", "fixed"} <= set(strategies) else nan
     bmr = curves["balanced"] - curves["random"] if {"random", "balanced"} <= set(strategies) else nan
@@ -358,3 +346,33 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
                              int(n_draws), tuple(notes), ses, gain_over, gain_ci, float(temperature),
                              float(precision), bool(replace), pool, confidence)
 
+
+
+def _gain_cis(stat, kept, strategies, report, n_items, level, n_boot, confidence, rng) -> dict:
+    """{strategy: {"K=k": [low, high]}}: percentile bootstrap CIs of r_s(k) - r_FIXED(1), both computed on the
+    same resamples of items (whole groups at the grouped level)."""
+    if not n_boot or "fixed" not in strategies:
+        return {}
+    units = n_items if level == "item" else len(stat.members)
+    idx = bootstrap_indices(units, n_boot, rng)
+    base_b = stat.boot(kept["fixed", 1], idx)
+    return {s: {f"K={k}": list(percentile_ci(stat.boot(kept[s, k], idx) - base_b, confidence)) for k in report}
+            for s in strategies}
+
+
+def _shares(curves, gain_ci, strategies, k_max) -> dict:
+    """{strategy: GainResult}: the share of the gain over FIXED(1), only for a positive gain whose CI at Kmax
+    excludes 0."""
+    gain = {}
+    for s in strategies:
+        if "fixed" not in strategies:
+            gain[s] = GainResult(np.full(k_max, np.nan), False, "no FIXED curve: the gain is measured over FIXED "
+                                 "at K=1", float("nan"), float(curves[s][-1]))
+            continue
+        ci = gain_ci.get(s, {}).get(f"K={k_max}")
+        g = gain_fraction(curves[s], baseline=curves["fixed"][0], ci=ci)
+        if ci is None and g.defined:
+            g = GainResult(np.full(k_max, np.nan), False, "no bootstrap CI of the gain (n_boot=0): a share is "
+                           "reported only for a gain whose CI excludes 0", g.r_first, g.r_last, g.full_gain)
+        gain[s] = g
+    return gain
