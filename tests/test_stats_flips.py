@@ -81,3 +81,32 @@ def test_fixed_vs_aggregated_top1_change_by_hand():
     assert r.changed_possible == pytest.approx(2 / 3) and r.tied == pytest.approx(2 / 3)
     r = top1_change(fixed, mean, GROUPS, reading="greedy", n_boot=200, rng=0)
     assert r.changed_ci_low <= r.changed <= r.changed_ci_high
+
+
+def _brute_mean_win(dists_per_candidate):
+    """Enumerate every joint answer of every candidate's K orders; a candidate's score is its mean answer."""
+    m, k = len(dists_per_candidate), len(dists_per_candidate[0])
+    win = np.zeros(m)
+    for ans in itertools.product(range(3), repeat=m * k):
+        a = np.asarray(ans).reshape(m, k)
+        pr = np.prod([dists_per_candidate[j][o][a[j, o]] for j in range(m) for o in range(k)])
+        score = V[a].mean(axis=1)
+        top = np.flatnonzero(np.isclose(score, score.max()))
+        win[top] += pr / top.size
+    return win
+
+
+def test_sampled_fixed_vs_aggregated_by_brute_force():
+    from logitjudge.stats import mean_answer_distribution, top1_change_sampled
+
+    s, w = mean_answer_distribution([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]], V)  # (1 or 2) and 3, halved
+    np.testing.assert_allclose(s, [2.0, 2.5])
+    np.testing.assert_allclose(w, [0.5, 0.5])
+    r = top1_change_sampled(P, V, GROUPS, [0], [0, 1], n_boot=0)
+    want = []
+    for g in range(3):
+        cand = P[3 * g: 3 * g + 3]
+        wa = _brute_mean_win([c[[0]] for c in cand])
+        wb = _brute_mean_win([c[[0, 1]] for c in cand])
+        want.append(1 - wa @ wb)
+    assert r.changed == pytest.approx(np.mean(want), abs=1e-12) and r.reading == "sampled"

@@ -366,3 +366,57 @@ def top1_change(scores_a, scores_b, groups, *, reading: str, tol: float = 1e-9, 
         lo, hi = percentile_ci(bootstrap_weights(len(rows), n_boot, rng) @ res[:, 2] / len(rows), confidence)
     return Top1ChangeResult(float(res[:, 2].mean()), lo, hi, float(res[:, 0].mean()), float(res[:, 1].mean()),
                             float(res[:, 3].mean()), len(rows), str(reading), confidence)
+
+
+def mean_answer_distribution(dists, values, *, max_support: int = 100_000) -> tuple[np.ndarray, np.ndarray]:
+    """Exact distribution of the mean of independent answers, one drawn from each row of
+    ``dists[k, option]`` over ``values[option]``: (support, probabilities), by repeated convolution. Refused
+    when the support exceeds ``max_support`` points (non-integer values can make it grow as n^K)."""
+    d = np.asarray(dists, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    support, prob = np.zeros(1), np.ones(1)
+    for row in d:
+        s = (support[:, None] + v[None, :]).ravel()
+        w = (prob[:, None] * row[None, :]).ravel()
+        keep = w > 0  # impossible answers add no support
+        support, inv = np.unique(np.round(s[keep], 9), return_inverse=True)
+        prob = np.bincount(inv.ravel(), weights=w[keep])
+        if support.size > max_support:
+            raise StatsError(f"the mean of {len(d)} answers has more than {max_support:,} distinct values; its "
+                             "exact distribution is too large (use integer-valued scores or fewer orders)")
+    return support / len(d), prob
+
+
+def _win_on_supports(parts) -> np.ndarray:
+    """win_probabilities for candidates given as (support, probabilities) pairs on their own supports."""
+    grid = np.unique(np.concatenate([s for s, _ in parts]))
+    dists = np.zeros((len(parts), grid.size))
+    for j, (s, w) in enumerate(parts):
+        np.add.at(dists[j], np.searchsorted(grid, s), w)
+    return win_probabilities(dists, grid)
+
+
+def top1_change_sampled(probs, values, groups, rows_a, rows_b, *, temperature: float = 1.0, n_boot: int = 1000,
+                        confidence: float = 0.95, rng=None) -> Top1ChangeResult:
+    """Exact probability that the top-1 candidate differs between two runs of a judge sampling at
+    ``temperature``: run A scores every candidate by the mean of its answers under the orderings ``rows_a``
+    (FIXED: ``[canonical]``), run B under ``rows_b`` (BALANCED: the balanced rows; all orders: every row),
+    every answer drawn independently, ties at the top broken uniformly. Per group 1 - sum_c P_A(c) P_B(c),
+    averaged over groups (``changed``; the certain/possible/tied counts do not apply and are NaN)."""
+    p = as_array(probs, "probs", 3, "[items, orderings, options]")
+    n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
+    ra, rb = np.atleast_1d(np.asarray(rows_a, dtype=np.int64)), np.atleast_1d(np.asarray(rows_b, dtype=np.int64))
+    if ra.size == 0 or rb.size == 0 or min(ra.min(), rb.min()) < 0 or max(ra.max(), rb.max()) >= p.shape[1]:
+        raise StatsError(f"rows_a and rows_b must be non-empty ordering indices below {p.shape[1]}")
+    q = tempered(p, temperature)
+    rows = _group_rows(groups, p.shape[0])
+    changed = np.empty(len(rows))
+    for g, r in enumerate(rows):
+        wa = _win_on_supports([mean_answer_distribution(q[i, ra], values) for i in r])
+        wb = _win_on_supports([mean_answer_distribution(q[i, rb], values) for i in r])
+        changed[g] = 1.0 - wa @ wb
+    lo = hi = float("nan")
+    if n_boot and len(rows) >= 2:
+        lo, hi = percentile_ci(bootstrap_weights(len(rows), n_boot, rng) @ changed / len(rows), confidence)
+    nan = float("nan")
+    return Top1ChangeResult(float(changed.mean()), lo, hi, nan, nan, nan, len(rows), "sampled", confidence)
