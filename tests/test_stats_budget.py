@@ -154,3 +154,22 @@ def test_per_item_random_table_has_random_but_no_fixed_curve():
     assert set(res.curves) == {"random"} and res.pool == "per-item random orders"
     assert any("no FIXED curve" in n for n in res.notes) and not res.gain["random"].defined
     assert res.curves_se["random"].max() <= res.precision
+
+
+def test_balanced_plus_random_table_draws_random_from_its_random_rows():
+    orders = ords.parse("balanced+random:6", 4, seed=3, n_items=40)
+    t = planted_table(40, 4, orderings=orders, position_bias=[0.8, 0, 0, 0], prompt_noise=0.6, rng=1)
+    h = planted_human(t, noise=0.5, rng=2)
+    y = np.array([h[i]["C0"] for i in t.item_ids])
+    res = budget_curve(t.probs[:, 0], t.values[0], t.option_orders, y, reading="expected", n_boot=50, rng=0)
+    assert len(res.ks) == 8 and set(res.curves) == {"fixed", "random", "balanced"}
+    assert res.pool == "per-item random orders"
+    # RANDOM(K) mean of expected scores is linear: its K=1 correlation draws only from rows 8..13
+    from logitjudge.stats import random_expectation
+    from logitjudge.stats.alignment import _corr_rows
+
+    ref = random_expectation(t.probs[:, 0, 8:], t.values[0], lambda x: _corr_rows(x, np.broadcast_to(y, x.shape),
+                             "pearson"), k=1, reading="expected", precision=0.002, rng=1)
+    assert abs(res.curves["random"][0] - ref.value) <= 3 * np.hypot(res.curves_se["random"][0], ref.se)
+    x = (t.probs[:, 0, :8] @ t.values[0]).mean(axis=1)
+    assert res.curves["balanced"][-1] == pytest.approx(sps.pearsonr(x, y).statistic)

@@ -5,7 +5,8 @@
 * RANDOM(K): the study's RANDOM, K orders drawn uniformly per item (with replacement by default) from the
   item's rows, as an expectation over the draws (:mod:`.expectation`): Monte-Carlo until its standard error
   (``curves_se``) is at most ``precision``. Exactly the study's RANDOM on a table with all n! orders; an
-  estimate of it from per-item random orders; on a shared or balanced set only the rows it holds (noted).
+  estimate of it from per-item random orders (of a balanced+random table: its random rows only); on a shared
+  or balanced set only the rows it holds (noted).
 * BALANCED(K): K consecutive orders of the study's 2n cyclic rotations (cyclic windows), averaged over all 2n
   window starts so that no option is favoured by which rotation comes first. On a table with all n! orders
   (or balanced+random) the balanced rows are picked out of it.
@@ -281,7 +282,10 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
         raise StatsError(f"k_max={k_max} exceeds the {0 if bal_rows is None else len(bal_rows)} balanced "
                          "orderings available to BALANCED")
     canon = canonical_index(orders) if "fixed" in strategies else 0
-    pool = pool_kind(orders)
+    pool, p_random = pool_kind(orders), p
+    if orders.ndim == 3 and bal_rows is not None and len(bal_rows) < n_ord:  # balanced+random: RANDOM draws
+        rest = np.setdiff1d(np.arange(n_ord), bal_rows)                  # from the random rows only
+        pool, p_random = pool_kind(orders[:, rest]), p[:, rest]
     if "random" in strategies and pool != "all orders":
         notes.append(f"RANDOM draws from the table's {pool}" + ("" if pool == "per-item random orders" else
                      ": not uniformly random permutations (score with --orderings all or random:K)"))
@@ -301,7 +305,7 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
         """(value, se, sd, kept replicate score vectors [R, items]) of strategy s at budget k."""
         if s == "random":
             def draw(b):
-                return draw_random_scores(p, v, b, k=k, replace=replace, rng=rng, **mc_kw)
+                return draw_random_scores(p_random, v, b, k=k, replace=replace, rng=rng, **mc_kw)
         elif exact_scores is not None:
             x = exact_scores[:, windows(s, k)].mean(axis=2).T  # [windows, items]
             r = stat(x)
