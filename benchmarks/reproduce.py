@@ -66,15 +66,16 @@ def study_specs(quick: bool, model: str, out: Path, n_boot: int) -> dict[str, di
         "summeval": {"data": {"name": "summeval", "criteria": ["coherence", "relevance"][:1 if quick else 2]},
                      "prompts": {"template": "text-first"}, "_whole": 16, "_groups": (1, 1 if quick else 6),
                      "_size": 4 if quick else 16, "_min_size": 4 if quick else 6, "_share": 0.3},
-        # balanced orders of 10 options are 20 prompts per answer; the quick run draws 4 random ones
+        # balanced orders of 10 options are 20 prompts per answer; the quick run draws 4 random ones, shared by
+        # every answer until the run layer scores per-item orders (its chi-square is then refused: confounded)
         "mt_bench": {"data": {"name": "mt_bench", "options": {"models": models, "turn": 1}},
                      "prompts": {"template": "bracketed"},
-                     "orderings": {"options": "random:4" if quick else "balanced", "seed": 0},
+                     "orderings": {"options": "shared-random:4" if quick else "balanced", "seed": 0},
                      "_whole": len(models), "_groups": (2, 2 if quick else 16), "_size": len(models),
                      "_min_size": 3, "_share": 0.3},
         "hanna_multi": {"data": {"name": "hanna", "criteria": multi_c},
                         "prompts": {"multi_criteria": True, "slots": "greedy"},
-                        "orderings": {"options": "fixed:1" if quick else "random:2", "criteria": "balanced",
+                        "orderings": {"options": "fixed:1" if quick else "shared-random:2", "criteria": "balanced",
                                       "seed": 0},
                         "_whole": 11, "_groups": (1, 1 if quick else 2), "_size": 4 if quick else 11,
                         "_min_size": 4, "_share": 0.1},

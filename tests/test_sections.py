@@ -103,7 +103,7 @@ def test_a_new_section_is_one_object_and_one_registry_line(planted, with_mean_sc
 
 def test_context_refuses_a_bad_reading_and_human_reading_lives_beside_items(planted):
     with pytest.raises(StatsError, match="reading"):
-        Context.build(planted[0], reading="greedy")
+        Context.build(planted[0], reading="bogus")
     assert analysis.read_human_scores is human.read_human_scores
     assert analysis.HumanScoresError is human.HumanScoresError
 
