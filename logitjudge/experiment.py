@@ -145,12 +145,13 @@ def _load_items(spec: Spec, data_dir) -> tuple[list[Item], Rubric, dict]:
     return items, rubric, info
 
 
-def _orders(spec: Spec, rubric: Rubric) -> tuple[np.ndarray, np.ndarray | None]:
-    """The option orders and (multi-criteria) the aligned criteria orders: every option order crossed with every
+def _orders(spec: Spec, rubric: Rubric, n_items: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The option orders ((K, n) shared, or (I, K, n) per item for random:K / all-per-item designs) and
+    (multi-criteria) the aligned criteria orders, shared by every item: every option order crossed with every
     criteria order, the criteria orders drawn with seed + 1 so that they are not the option orders' draws."""
     od = spec.orderings
     try:
-        option_orders = parse(od.options, rubric.n_options, seed=od.seed)
+        option_orders = parse(od.options, rubric.n_options, seed=od.seed, n_items=n_items)
     except OrderingError as e:
         raise SpecError(f"{spec.where('orderings', 'options')}: {e}") from None
     if not spec.prompts.multi_criteria:
@@ -158,7 +159,8 @@ def _orders(spec: Spec, rubric: Rubric) -> tuple[np.ndarray, np.ndarray | None]:
     try:
         criterion_orders = parse(od.criteria, rubric.n_criteria, seed=od.seed + 1)
     except OrderingError as e:
-        raise SpecError(f"{spec.where('orderings', 'criteria')}: {e}") from None
+        raise SpecError(f"{spec.where('orderings', 'criteria')}: {e} (criteria orders are shared by every "
+                        "item: balanced, all, shared-random:K or fixed:K)") from None
     return cross(option_orders, criterion_orders)
 
 
@@ -195,7 +197,7 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
         template = load_template(relative(name, spec.base) if name.endswith(".toml") else name)
     except PromptError as e:
         raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
-    option_orders, criterion_orders = _orders(spec, rubric)
+    option_orders, criterion_orders = _orders(spec, rubric, len(items))
     if pr.multi_criteria:
         check_slots(pr.slots, rubric.n_options, rubric.n_criteria, pr.max_continuations)
     human = {it.id: dict(it.human) for it in items if it.human} or None

@@ -199,7 +199,8 @@ def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None
 
 
 def cross(option_orders, criterion_orders) -> tuple[np.ndarray, np.ndarray]:
-    """All pairs (option order, criterion order) as two aligned arrays of K_o*K_c rows."""
+    """All pairs (option order, criterion order) as two aligned arrays of K_o*K_c rows. Per-item option orders
+    (I, K_o, n) cross within every item: (I, K_o*K_c, n) and one shared (K_o*K_c, c) criteria order set."""
     o = np.asarray(option_orders)
     c = np.asarray(criterion_orders)
-    return np.repeat(o, len(c), axis=0), np.tile(c, (len(o), 1))
+    return np.repeat(o, len(c), axis=-2), np.tile(c, (o.shape[-2], 1))

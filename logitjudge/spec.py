@@ -81,9 +81,12 @@ class PromptSpec:
 
 @dataclass(frozen=True)
 class OrderingSpec:
-    options: str = opt("balanced", "option orders: balanced | random:K | fixed:K", flag="--orderings")
-    criteria: str = opt("balanced", "criteria orders (multi-criteria; crossed with every option order): balanced "
-                        "| random:K | fixed:K", flag="--criteria-orderings")
+    options: str = opt("balanced", "option orders: balanced (the 2n rotations) | all (every n! order, n <= 7) | "
+                       "random:K (K uniform orders drawn per item: the study's RANDOM) | balanced+random:R (per "
+                       "item: the 2n rotations, then R random) | shared-random:K (one random set for every item; "
+                       "confounds content and position) | fixed:K", flag="--orderings")
+    criteria: str = opt("balanced", "criteria orders (multi-criteria; crossed with every option order; shared by "
+                        "every item): balanced | all | shared-random:K | fixed:K", flag="--criteria-orderings")
     seed: int = opt(0, "seed of random orders (criteria orders use seed + 1)", flag="--seed")
 
 
