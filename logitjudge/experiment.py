@@ -28,7 +28,7 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     slots = "greedy"                   # greedy | marginal (multi-criteria only)
     max_continuations = 20000
     [orderings]
-    options = "balanced"               # balanced | random:K | fixed:K
+    options = "balanced"               # balanced | all | random:K | balanced+random:R | shared-random:K | fixed:K
     criteria = "balanced"              # criterion orders (multi-criteria only; every option order is
                                        # crossed with every criterion order)
     seed = 0
@@ -37,6 +37,7 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     method = "pearson"                 # pearson | spearman | kendall
     seed = 0
     n_draws = 100
+    reading = "expected"               # greedy (the study's judges) | sampled | expected
 
 The report folder holds ``table.npz`` (a rerun with the same settings reuses it; an interrupted run
 continues from ``table.npz.partial.jsonl``), ``results.json``, ``report.md``, ``report.html``, ``plots/``
@@ -283,7 +284,7 @@ def analyze_experiment(exp: Experiment, table: ScoreTable) -> dict:
 
     a = exp.spec.analysis
     return analyze(table, human=exp.human, systems=exp.systems, rng=a.seed, n_boot=a.n_boot, method=a.method,
-                   n_draws=a.n_draws)
+                   n_draws=a.n_draws, reading=a.reading)
 
 
 def public_spec(spec: Spec) -> dict:

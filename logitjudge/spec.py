@@ -95,7 +95,12 @@ class AnalysisSpec:
     n_boot: int = opt(1000, "bootstrap resamples for confidence intervals", minimum=0)
     method: str = opt("pearson", "correlation with human scores", choices=("pearson", "spearman", "kendall"))
     seed: int = opt(0, "seed of the bootstrap and of sampled readings", flag="--seed")
-    n_draws: int = opt(100, "draws of the sampled reading", minimum=1)
+    n_draws: int = opt(100, "Monte-Carlo draws (RANDOM budget points, best-of-N) at least; RANDOM figures stop "
+                       "at a standard error of 0.005", minimum=2)
+    reading: str = opt("expected", "how a prompt's exact label distribution becomes a score: greedy (the most "
+                       "probable label: a judge answering one label, as the study's; a reproduction of the study "
+                       "uses greedy) | sampled (the mean answer of a judge sampling at T=1) | expected "
+                       "(probability-weighted, as in G-Eval)", choices=("greedy", "sampled", "expected"))
 
 
 SECTIONS = {"model": ModelSpec, "data": DataSpec, "prompts": PromptSpec, "orderings": OrderingSpec,
