@@ -38,6 +38,7 @@ from logitjudge.stats import jsonable
 
 ROOT = Path(__file__).resolve().parent
 MT_MODELS = ["alpaca-13b", "claude-v1", "gpt-3.5-turbo", "gpt-4", "llama-13b", "vicuna-13b-v1.3"]
+HANNA_OPTIONS = 5  # HANNA's rubric rates every criterion 1-5
 STUDY = {  # the study's findings (study summary), quoted next to ours
     "significance": "significant for every judge",
     "direction": "model-specific: first-position for some judges, last-position for Gemma-3-27B and Qwen3.5-27B",
@@ -50,15 +51,31 @@ STUDY = {  # the study's findings (study summary), quoted next to ours
 }
 
 
+def multi_slots(n_options: int, n_criteria: int) -> tuple[str, str]:
+    """The slot mode of the multi-criteria study and why: exact marginal slots (every earlier answer summed over)
+    when their label continuations per prompt fit the spec's continuation budget, else greedy slots."""
+    from logitjudge.spec import PromptSpec
+    from logitjudge.steps import marginal_cost
+
+    cost, budget = marginal_cost(n_options, n_criteria), PromptSpec().max_continuations
+    if cost <= budget:
+        return "marginal", (f"marginal slots: exact, {cost} label continuations per prompt "
+                            f"({n_criteria} criteria x {n_options} options, within the budget of {budget:,})")
+    return "greedy", (f"greedy slots (earlier answers fixed at their most probable label): marginal slots would "
+                      f"need {cost:,} label continuations per prompt, over the budget of {budget:,}")
+
+
 def study_specs(quick: bool, model: str, out: Path, n_boot: int) -> dict[str, dict]:
     """Specs of the four studies. ``_whole``: items per group in the data set (``limit`` counts whole groups);
     ``_size`` / ``_min_size``: items scored per group by default / at least (fewer than ``_whole`` trims each
     group with ``per_group`` when even the fewest groups do not fit); ``_groups``: (min, max) groups;
     ``_share``: the study's share of the time budget. The quick run has fixed small sizes."""
-    analysis = {"n_boot": n_boot, "seed": 0, "n_draws": 30 if quick else 100}
+    # the study's judges answer one label: the greedy reading is its like-for-like counterpart
+    analysis = {"n_boot": n_boot, "seed": 0, "n_draws": 30 if quick else 100, "reading": "greedy"}
     common = {"model": {"id": model}, "orderings": {"options": "balanced", "seed": 0}, "analysis": analysis}
     models = MT_MODELS[2:5] if quick else MT_MODELS
     multi_c = ["Coherence", "Relevance", "Empathy"][:2 if quick else 3]
+    slots, slots_note = multi_slots(HANNA_OPTIONS, len(multi_c))
     specs = {
         "hanna": {"data": {"name": "hanna", "criteria": ["Coherence", "Relevance"][:1 if quick else 2]},
                   "prompts": {"template": "text-first"}, "_whole": 11, "_groups": (1, 1 if quick else 8),
@@ -66,17 +83,17 @@ def study_specs(quick: bool, model: str, out: Path, n_boot: int) -> dict[str, di
         "summeval": {"data": {"name": "summeval", "criteria": ["coherence", "relevance"][:1 if quick else 2]},
                      "prompts": {"template": "text-first"}, "_whole": 16, "_groups": (1, 1 if quick else 6),
                      "_size": 4 if quick else 16, "_min_size": 4 if quick else 6, "_share": 0.3},
-        # balanced orders of 10 options are 20 prompts per answer; the quick run draws 4 random ones, shared by
-        # every answer until the run layer scores per-item orders (its chi-square is then refused: confounded)
+        # balanced orders of 10 options are 20 prompts per answer; the quick run draws 4 random ones per answer
+        # (the study's RANDOM; its chi-square needs >= 5 expected prompts per position, else it is skipped)
         "mt_bench": {"data": {"name": "mt_bench", "options": {"models": models, "turn": 1}},
                      "prompts": {"template": "bracketed"},
-                     "orderings": {"options": "shared-random:4" if quick else "balanced", "seed": 0},
+                     "orderings": {"options": "random:4" if quick else "balanced", "seed": 0},
                      "_whole": len(models), "_groups": (2, 2 if quick else 16), "_size": len(models),
                      "_min_size": 3, "_share": 0.3},
         "hanna_multi": {"data": {"name": "hanna", "criteria": multi_c},
-                        "prompts": {"multi_criteria": True, "slots": "greedy"},
-                        "orderings": {"options": "fixed:1" if quick else "shared-random:2", "criteria": "balanced",
-                                      "seed": 0},
+                        "prompts": {"multi_criteria": True, "slots": slots},
+                        "orderings": {"options": "fixed:1" if quick else "random:2", "criteria": "balanced",
+                                      "seed": 0}, "_note": slots_note,
                         "_whole": 11, "_groups": (1, 1 if quick else 2), "_size": 4 if quick else 11,
                         "_min_size": 4, "_share": 0.1},
     }
@@ -253,7 +270,8 @@ def findings(studies: dict) -> list[dict]:
         why = studies.get("hanna_multi", {}).get("skipped_reason") or (
             (studies.get("hanna_multi", {}).get("numbers") or {}).get("skipped", {}).get("criterion_position"))
         ours = f"skipped: {why or 'no multi-criteria run'}"
-    rows.append(("Criterion position moves scores", STUDY["criterion_spread"], ours))
+    note = studies.get("hanna_multi", {}).get("note")
+    rows.append(("Criterion position moves scores", STUDY["criterion_spread"], ours + (f" ({note})" if note else "")))
     budget = each("budget", only=("hanna", "summeval"))
     for k, key in ((3, "gain3"), (5, "gain5")):
         parts = []
@@ -354,7 +372,8 @@ def main(argv=None) -> int:
         done_tokens, done_secs = done_tokens + toks, done_secs + secs
         record["studies"][name] = {"spec": st["spec"], "report": res["report"], "seconds": time.perf_counter() - t0,
                                    "score_seconds": secs, "tokens": toks, "table_reused": reused,
-                                   "tokens_per_s": toks / secs if secs else None, "numbers": extract(res["results"])}
+                                   "tokens_per_s": toks / secs if secs else None, "numbers": extract(res["results"]),
+                                   **({"note": st["_note"]} if st.get("_note") else {})}
         print(f"[{name}] {res['verdict']}")
         print(f"[{name}] {'reused the scores of an earlier run: ' if reused else ''}scored {toks} tokens in "
               f"{secs:.0f} s ({toks / max(secs, 1e-9):.0f} tokens/s); report {res['report']}/report.html")
