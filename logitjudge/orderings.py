@@ -176,7 +176,10 @@ def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None
     except ValueError:
         raise OrderingError(f"ordering spec {spec!r}: {arg!r} is not an integer; use e.g. random:10") from None
     if k is not None:
-        _check_k(k, kind)
+        try:
+            _check_k(k, kind)
+        except OrderingError as e:
+            raise OrderingError(f"ordering spec {spec!r}: {e}") from None
     if kind in ("balanced", "all"):
         if k is not None:
             raise OrderingError(f"'{kind}' takes no count: it is always "
