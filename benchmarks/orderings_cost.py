@@ -51,6 +51,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             engine.prompt_logprobs(wls[d].groups)
             times[d].append(time.perf_counter() - t0)
+            print(f"{d}: {times[d][-1]:.1f} s", file=sys.stderr, flush=True)  # progress on a long run
     base = engine_tokens(engine, wls[designs[0]].groups)
     rows = []
     for d in designs:
