@@ -38,6 +38,7 @@ from logitjudge.stats import jsonable
 
 ROOT = Path(__file__).resolve().parent
 MT_MODELS = ["alpaca-13b", "claude-v1", "gpt-3.5-turbo", "gpt-4", "llama-13b", "vicuna-13b-v1.3"]
+HANNA_OPTIONS = 5  # HANNA's rubric rates every criterion 1-5
 STUDY = {  # the study's findings (study summary), quoted next to ours
     "significance": "significant for every judge",
     "direction": "model-specific: first-position for some judges, last-position for Gemma-3-27B and Qwen3.5-27B",
@@ -50,15 +51,31 @@ STUDY = {  # the study's findings (study summary), quoted next to ours
 }
 
 
+def multi_slots(n_options: int, n_criteria: int) -> tuple[str, str]:
+    """The slot mode of the multi-criteria study and why: exact marginal slots (every earlier answer summed over)
+    when their label continuations per prompt fit the spec's continuation budget, else greedy slots."""
+    from logitjudge.spec import PromptSpec
+    from logitjudge.steps import marginal_cost
+
+    cost, budget = marginal_cost(n_options, n_criteria), PromptSpec().max_continuations
+    if cost <= budget:
+        return "marginal", (f"marginal slots: exact, {cost} label continuations per prompt "
+                            f"({n_criteria} criteria x {n_options} options, within the budget of {budget:,})")
+    return "greedy", (f"greedy slots (earlier answers fixed at their most probable label): marginal slots would "
+                      f"need {cost:,} label continuations per prompt, over the budget of {budget:,}")
+
+
 def study_specs(quick: bool, model: str, out: Path, n_boot: int) -> dict[str, dict]:
     """Specs of the four studies. ``_whole``: items per group in the data set (``limit`` counts whole groups);
     ``_size`` / ``_min_size``: items scored per group by default / at least (fewer than ``_whole`` trims each
     group with ``per_group`` when even the fewest groups do not fit); ``_groups``: (min, max) groups;
     ``_share``: the study's share of the time budget. The quick run has fixed small sizes."""
-    analysis = {"n_boot": n_boot, "seed": 0, "n_draws": 30 if quick else 100}
+    # the study's judges answer one label: the greedy reading is its like-for-like counterpart
+    analysis = {"n_boot": n_boot, "seed": 0, "n_draws": 30 if quick else 100, "reading": "greedy"}
     common = {"model": {"id": model}, "orderings": {"options": "balanced", "seed": 0}, "analysis": analysis}
     models = MT_MODELS[2:5] if quick else MT_MODELS
     multi_c = ["Coherence", "Relevance", "Empathy"][:2 if quick else 3]
+    slots, slots_note = multi_slots(HANNA_OPTIONS, len(multi_c))
     specs = {
         "hanna": {"data": {"name": "hanna", "criteria": ["Coherence", "Relevance"][:1 if quick else 2]},
                   "prompts": {"template": "text-first"}, "_whole": 11, "_groups": (1, 1 if quick else 8),
@@ -66,16 +83,17 @@ def study_specs(quick: bool, model: str, out: Path, n_boot: int) -> dict[str, di
         "summeval": {"data": {"name": "summeval", "criteria": ["coherence", "relevance"][:1 if quick else 2]},
                      "prompts": {"template": "text-first"}, "_whole": 16, "_groups": (1, 1 if quick else 6),
                      "_size": 4 if quick else 16, "_min_size": 4 if quick else 6, "_share": 0.3},
-        # balanced orders of 10 options are 20 prompts per answer; the quick run draws 4 random ones
+        # balanced orders of 10 options are 20 prompts per answer; the quick run draws 4 random ones per answer
+        # (the study's RANDOM; its chi-square needs >= 5 expected prompts per position, else it is skipped)
         "mt_bench": {"data": {"name": "mt_bench", "options": {"models": models, "turn": 1}},
                      "prompts": {"template": "bracketed"},
                      "orderings": {"options": "random:4" if quick else "balanced", "seed": 0},
                      "_whole": len(models), "_groups": (2, 2 if quick else 16), "_size": len(models),
                      "_min_size": 3, "_share": 0.3},
         "hanna_multi": {"data": {"name": "hanna", "criteria": multi_c},
-                        "prompts": {"multi_criteria": True, "slots": "greedy"},
+                        "prompts": {"multi_criteria": True, "slots": slots},
                         "orderings": {"options": "fixed:1" if quick else "random:2", "criteria": "balanced",
-                                      "seed": 0},
+                                      "seed": 0}, "_note": slots_note,
                         "_whole": 11, "_groups": (1, 1 if quick else 2), "_size": 4 if quick else 11,
                         "_min_size": 4, "_share": 0.1},
     }
@@ -189,34 +207,46 @@ def _print_plan(rows: list[dict]) -> None:
 # ---- numbers from an analysis ------------------------------------------------------------------------------
 def extract(res: dict) -> dict:
     """The numbers the findings table needs, per criterion."""
-    out = {"verdict": res["verdict"], "position": {}, "budget": {}, "alignment": {}, "flips": {},
-           "criterion_spread": None, "skipped": res.get("skipped", {})}
+    out = {"verdict": res["verdict"], "reading": res["settings"].get("reading"), "position": {}, "budget": {},
+           "alignment": {}, "flips": {}, "criterion_spread": None, "skipped": res.get("skipped", {})}
     for c, pos in (res.get("position") or {}).items():
         chi = (pos or {}).get("chi_square")
         if chi:
-            out["position"][c] = {k: chi[k] for k in ("statistic", "pvalue", "dof", "cramers_v", "cramers_v_ci_low",
-                                                      "cramers_v_ci_high", "label", "alpha")}
+            out["position"][c] = {k: chi.get(k) for k in ("statistic", "pvalue", "dof", "cramers_v", "cramers_v_ci_low",
+                                                          "cramers_v_ci_high", "label", "alpha", "counts", "favoured",
+                                                          "reading", "n")}
     for c, b in (res.get("budget") or {}).items():
         if b:
             ks = b["ks"]
             at = {f"K={k}": {s: b["curves"][s][k - 1] for s in b["curves"]} for k in (1, 3, 5, ks[-1]) if k <= len(ks)}
-            out["budget"][c] = {"gain_at": b["gain_at"], "r_at": at, "k_max": ks[-1],
+            gof = b.get("gain_over_fixed") or {}
+            gains = {s: {k: {"gain": gof[s][int(k[2:]) - 1], "ci": ci} for k, ci in cis.items()}
+                     for s, cis in (b.get("gain_ci") or {}).items() if s in gof}
+            out["budget"][c] = {"gain_at": b["gain_at"], "share_for": b.get("share_for", []), "r_at": at,
+                                "k_max": ks[-1], "gains": gains, "curves_se": b.get("curves_se"),
                                 "balanced_minus_random": b["balanced_minus_random"],
                                 "variance_share": b["variance_share"]}
     method = res["settings"]["method"]
     for c, al in (res.get("alignment") or {}).items():
         if al:
-            out["alignment"][c] = {s: v[method]["statistic"] for s, v in al["item"].items()}
+            out["alignment"][c] = {s: {"r": v[method]["statistic"], "se": v[method].get("se")}
+                                   for s, v in al["item"].items()}
     for c, r in (res.get("rank_stability") or {}).items():
         if r:
-            s = r["stability"]
-            out["flips"][c] = {k: s[k] for k in ("flip_rate", "flip_rate_ci_low", "flip_rate_ci_high",
-                                                 "flip_rate_vs_canonical", "n_groups_used")}
+            f, s = r["top1_flips"], r["stability"]
+            out["flips"][c] = {"flip": f["flip"], "ci_low": f["flip_ci_low"], "ci_high": f["flip_ci_high"],
+                               "certain": f["flip_certain"], "possible": f["flip_possible"], "tied": f["tied"],
+                               "n_groups": f["n_groups"],
+                               "change": {k: v["changed"] for k, v in (r.get("top1_change") or {}).items()},
+                               "pairwise": s["flip_rate"]}
     cp = res.get("criterion_position")
     if cp:
-        out["criterion_spread"] = {c: {"spread": s, "ci_low": lo, "ci_high": hi}
-                                   for c, s, lo, hi in zip(res["table"]["criteria"], cp["spread"],
-                                                           cp["spread_ci_low"], cp["spread_ci_high"])}
+        null_m, null_h = cp.get("null_spread_mean") or [], cp.get("null_spread_high") or []
+        out["criterion_spread"] = {c: {"spread": s, "ci_low": lo, "ci_high": hi,
+                                       "null_mean": null_m[j] if j < len(null_m) else None,
+                                       "null_high": null_h[j] if j < len(null_h) else None}
+                                   for j, (c, s, lo, hi) in enumerate(zip(res["table"]["criteria"], cp["spread"],
+                                                                          cp["spread_ci_low"], cp["spread_ci_high"]))}
     return out
 
 
@@ -224,8 +254,36 @@ def _f(x, fmt="{:.2f}") -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
 
 
+# What the study measures and what stands for it here: (quantity, the study's definition, our counterpart).
+DEFINITIONS = {
+    "significance": ("Position bias significant", "χ² goodness of fit of the positions the judge's answers take "
+                     "(one answered label per prompt) against uniform",
+                     "the same test on the greedy answers (each prompt's most probable label, ties split) over "
+                     "balanced orders; refused for a random set shared by every item"),
+    "effect": ("Effect size", "Cramér's V of that χ²", "Cramér's V, percentile bootstrap CI over items"),
+    "direction": ("Direction", "which positions the judge favours",
+                  "positions whose share's CI lies above 1/n: first / last / edges (both ends) / middle / mixed"),
+    "criterion": ("Criterion position moves scores", "largest change of a criterion's mean score with the "
+                  "position it is asked at, in points",
+                  "max - min of a criterion's mean greedy score over its positions (bootstrap CI), beside the "
+                  "permutation-null spread (orderings shuffled within items) that noise alone gives"),
+    "gain3": ("Share of the full gain at K=3", "(r(K=3) - r_FIXED) / (r(Kmax) - r_FIXED) of the correlation with "
+              "humans, RANDOM prompts averaged", "the same share over FIXED at K=1, reported only where the full "
+              "gain is positive and its bootstrap CI excludes 0; RANDOM as the expectation over draws"),
+    "gain5": ("Share of the full gain at K=5", "as at K=3", "as at K=3"),
+    "bvr": ("BALANCED − RANDOM at equal K", "difference of the human correlations at the same K",
+            "r_BALANCED(K) - E[r_RANDOM(K)] (RANDOM: Monte-Carlo expectation, SE ≤ 0.005)"),
+    "flip": ("Top-1 flips", "share of prompts (groups of candidates) whose top-1 candidate under the canonical "
+             "order differs from the top-1 under another order",
+             "top1_flips: canonical vs each other ordering, averaged, ties broken uniformly (bootstrap CI over "
+             "groups), with the FIXED vs BALANCED top-1 change; the pairwise disagreement is another quantity"),
+    "human": ("Human correlation (item level)", "context", "Pearson r of FIXED / RANDOM (expectation, K=1, "
+              "± MC SE) / BALANCED scores with human ratings"),
+}
+
+
 def findings(studies: dict) -> list[dict]:
-    """Rows: finding, the study's claim, ours."""
+    """Rows: the quantity, the study's definition and finding, our counterpart and value."""
     def each(key, only=("hanna", "summeval", "mt_bench")):
         """(study, criterion, numbers) of the studies designed for this finding (the multi-criteria run has
         its own design: few option orders, crossed with criteria orders)."""
@@ -236,55 +294,63 @@ def findings(studies: dict) -> list[dict]:
     pos = each("position")
     sig = [f"{s}/{c}: χ²={_f(v['statistic'], '{:.1f}')} (p={_f(v['pvalue'], '{:.2g}')})" for s, c, v in pos]
     n_sig = sum(v["pvalue"] is not None and v["pvalue"] < v["alpha"] for _, _, v in pos)
-    rows.append(("Position bias significant (χ² on argmax positions)", STUDY["significance"],
-                 f"{n_sig} of {len(pos)} criteria significant; " + "; ".join(sig)))
-    rows.append(("Effect size (Cramér's V, 95% CI)", "per judge in the paper",
+    rows.append(("significance", STUDY["significance"], f"{n_sig} of {len(pos)} criteria significant; "
+                 + "; ".join(sig)))
+    rows.append(("effect", "per judge in the paper",
                  "; ".join(f"{s}/{c}: {_f(v['cramers_v'])} [{_f(v['cramers_v_ci_low'])}, "
                            f"{_f(v['cramers_v_ci_high'])}]" for s, c, v in pos)))
-    rows.append(("Direction of the bias", STUDY["direction"],
-                 "; ".join(f"{s}/{c}: {v['label']}" for s, c, v in pos)))
+    rows.append(("direction", STUDY["direction"],
+                 "; ".join(f"{s}/{c}: {v['label']} (counts {[round(x) for x in v.get('counts') or []]})"
+                           for s, c, v in pos)))
     spreads = each("criterion_spread", only=("hanna_multi",))
     if spreads:
-        top = max(spreads, key=lambda r: -1 if r[2]["spread"] is None else r[2]["spread"])
-        ours = (f"up to {_f(top[2]['spread'])} points [{_f(top[2]['ci_low'])}, {_f(top[2]['ci_high'])}] "
-                f"({top[0]}/{top[1]}); " + "; ".join(f"{c}: {_f(v['spread'])}" for _, c, v in spreads))
+        ours = "; ".join(f"{c}: {_f(v['spread'])} [{_f(v['ci_low'])}, {_f(v['ci_high'])}] (null {_f(v['null_mean'])}, "
+                         f"95% {_f(v['null_high'])})" for _, c, v in spreads)
     else:
         why = studies.get("hanna_multi", {}).get("skipped_reason") or (
             (studies.get("hanna_multi", {}).get("numbers") or {}).get("skipped", {}).get("criterion_position"))
         ours = f"skipped: {why or 'no multi-criteria run'}"
-    rows.append(("Criterion position moves scores", STUDY["criterion_spread"], ours))
+    note = studies.get("hanna_multi", {}).get("note")
+    rows.append(("criterion", STUDY["criterion_spread"], ours + (f" ({note})" if note else "")))
     budget = each("budget", only=("hanna", "summeval"))
     for k, key in ((3, "gain3"), (5, "gain5")):
         parts = []
-        for strat in ("random", "balanced"):
-            vals = [v["gain_at"].get(strat, {}).get(f"K={k}") for _, _, v in budget]
-            vals = [x for x in vals if x is not None]
-            if vals:
-                parts.append(f"{strat.upper()} mean {np.mean(vals):.0%} (range {min(vals):.0%}-{max(vals):.0%}, "
-                             f"{len(vals)} criteria)")
-        rows.append((f"Share of the full gain at K={k}", STUDY[key], "; ".join(parts) or "n/a"))
+        for s, c, v in budget:
+            for strat in ("random", "balanced"):
+                g = (v["gains"].get(strat) or {}).get(f"K={v['k_max']}")
+                share = v["gain_at"].get(strat, {}).get(f"K={k}") if strat in v.get("share_for", []) else None
+                if g:
+                    parts.append(f"{s}/{c} {strat.upper()}: " + (_f(share, "{:.0%}") if share is not None else
+                                 f"no share (gain {_f(g['gain'], '{:+.3f}')} [{_f(g['ci'][0], '{:+.3f}')}, "
+                                 f"{_f(g['ci'][1], '{:+.3f}')}])"))
+        rows.append((key, STUDY[key], "; ".join(parts) or "n/a"))
     bvr = []
     for s, c, v in budget:
         d = v["balanced_minus_random"]
         if d:
             bvr.append(f"{s}/{c}: Δr(K=3)={_f(d[2] if len(d) > 2 else None, '{:+.3f}')}, "
                        f"Δr(K={v['k_max']})={_f(d[-1], '{:+.3f}')}")
-    rows.append(("BALANCED minus RANDOM at equal K (human r)", STUDY["balanced_vs_random"], "; ".join(bvr) or "n/a"))
+    rows.append(("bvr", STUDY["balanced_vs_random"], "; ".join(bvr) or "n/a"))
     flips = each("flips", only=("mt_bench", "hanna", "summeval"))
-    rows.append(("Top-1 flip rate between orderings", STUDY["flip"],
-                 "; ".join(f"{s}/{c}: {_f(v['flip_rate'], '{:.0%}')} [{_f(v['flip_rate_ci_low'], '{:.0%}')}, "
-                           f"{_f(v['flip_rate_ci_high'], '{:.0%}')}] over {v['n_groups_used']} groups"
+    rows.append(("flip", STUDY["flip"],
+                 "; ".join(f"{s}/{c}: {_f(v['flip'], '{:.0%}')} [{_f(v['ci_low'], '{:.0%}')}, "
+                           f"{_f(v['ci_high'], '{:.0%}')}] over {v['n_groups']} groups (FIXED vs BALANCED "
+                           f"{_f(v['change'].get('balanced'), '{:.0%}')}; pairwise {_f(v['pairwise'], '{:.0%}')})"
                            for s, c, v in flips) or "n/a"))
     al = each("alignment", only=("hanna", "summeval"))
-    rows.append(("Human correlation (item level, FIXED / RANDOM / BALANCED)", STUDY["human"],
-                 "; ".join(f"{s}/{c}: " + " / ".join(_f(v.get(k)) for k in ("fixed", "random", "balanced"))
+    rows.append(("human", STUDY["human"],
+                 "; ".join(f"{s}/{c}: " + " / ".join(
+                     _f((v.get(k) or {}).get("r")) + (f" ± {_f(v[k]['se'], '{:.3f}')}" if (v.get(k) or {}).get("se")
+                                                       else "") for k in ("fixed", "random", "balanced"))
                            for s, c, v in al) or "n/a"))
-    return [{"finding": a, "study": b, "ours": c} for a, b, c in rows]
+    return [{"finding": DEFINITIONS[key][0], "definition": DEFINITIONS[key][1], "study": b,
+             "counterpart": DEFINITIONS[key][2], "ours": c} for key, b, c in rows]
 
 
 def markdown(rows: list[dict], model: str) -> str:
-    lines = [f"| finding | study | this run ({model}) |", "|---|---|---|"]
-    lines += [f"| {r['finding']} | {r['study']} | {r['ours']} |" for r in rows]
+    lines = [f"| quantity | the study's definition | study | this toolkit's counterpart | this run ({model}) |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['finding']} | {r['definition']} | {r['study']} | {r['counterpart']} | {r['ours']} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -353,7 +419,8 @@ def main(argv=None) -> int:
         done_tokens, done_secs = done_tokens + toks, done_secs + secs
         record["studies"][name] = {"spec": st["spec"], "report": res["report"], "seconds": time.perf_counter() - t0,
                                    "score_seconds": secs, "tokens": toks, "table_reused": reused,
-                                   "tokens_per_s": toks / secs if secs else None, "numbers": extract(res["results"])}
+                                   "tokens_per_s": toks / secs if secs else None, "numbers": extract(res["results"]),
+                                   **({"note": st["_note"]} if st.get("_note") else {})}
         print(f"[{name}] {res['verdict']}")
         print(f"[{name}] {'reused the scores of an earlier run: ' if reused else ''}scored {toks} tokens in "
               f"{secs:.0f} s ({toks / max(secs, 1e-9):.0f} tokens/s); report {res['report']}/report.html")

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from logitjudge.items import Item
-from logitjudge.orderings import balanced
+from logitjudge.orderings import balanced, parse
 from logitjudge.prompts import EncodedPrompt, Template, builtin_template
 from logitjudge.requests import item_prompts
 from logitjudge.rubric import Rubric, builtin_rubric
@@ -84,7 +84,7 @@ class Workload:
     name: str
     rubric: Rubric
     template: Template
-    orderings: np.ndarray  # (K, n)
+    orderings: np.ndarray  # (K, n), or (I, K, n) per item
     items: list[Item]
     groups: list[list[EncodedPrompt]]  # per item, K prompts (one criterion)
     text_tokens: list[int]  # per item
@@ -144,7 +144,7 @@ class Workload:
         return total
 
     def summary(self) -> dict:
-        return {"name": self.name, "items": len(self.items), "orderings": int(len(self.orderings)),
+        return {"name": self.name, "items": len(self.items), "orderings": int(self.orderings.shape[-2]),
                 "options": self.rubric.n_options, "prompts": len(self.prompts), "source": self.source,
                 "text_tokens": self.text_tokens, "single_token_labels": self.single_token,
                 "prompt_tokens_mean": float(np.mean([len(p.prompt_ids) for p in self.prompts])),
@@ -244,17 +244,20 @@ def mt_bench_items(tokenizer, n: int, target: int, data_dir=None) -> tuple[list[
             for i, (t, c) in enumerate(long)], where
 
 
-def build(name: str, lm, *, data_dir=None) -> Workload:
-    """The workload ``name`` (one of NAMES) encoded with ``lm``'s tokenizer (``lm.max_length`` is checked)."""
+def build(name: str, lm, *, data_dir=None, orderings: str = "balanced", seed: int = 0) -> Workload:
+    """The workload ``name`` (one of NAMES) encoded with ``lm``'s tokenizer (``lm.max_length`` is checked).
+    ``orderings``: an ``orderings.parse`` spec (default balanced; per-item specs draw every text's own orders)."""
     if name not in SPECS:
         raise ValueError(f"unknown workload {name!r}; choose from {list(NAMES)}")
     spec = SPECS[name]
     rubric = builtin_rubric(spec.rubric)
     template = builtin_template(spec.template)
-    orders = balanced(rubric.n_options)
     make = mt_bench_items if spec.source == "mt_bench" else \
         (lambda tok, n, t, d: make_texts(tok, n, t, spec.source, d))
     items, where = make(lm.tokenizer, spec.n_texts, spec.text_tokens, data_dir)
-    groups = [item_prompts(lm, rubric, it, orders, template) for it in items]
+    orders = balanced(rubric.n_options) if orderings == "balanced" else \
+        parse(orderings, rubric.n_options, seed=seed, n_items=len(items))
+    groups = [item_prompts(lm, rubric, it, orders[i] if orders.ndim == 3 else orders, template)
+              for i, it in enumerate(items)]
     counts = [_count(lm.tokenizer, it.text) for it in items]
     return Workload(name, rubric, template, orders, items, groups, counts, where)

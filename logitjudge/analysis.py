@@ -53,18 +53,20 @@ def _compute(ctx: Context) -> tuple[dict, dict]:
 
 def analyze(table: ScoreTable, *, human: dict | None = None, groups: dict | None = None,
             systems: dict | None = None, rng=0, n_boot: int = 1000, method: str = "pearson",
-            n_draws: int = 100) -> dict:
+            n_draws: int = 100, reading: str = "expected") -> dict:
     """Every statistic the table supports, as a JSON-serialisable dict (NaN -> None) with a ``verdict``
     string.
 
     human: item_id -> criterion -> score (alignment, budget curves). groups: item_id -> group (defaults to
     ``table.item_groups``; grouped correlation and rank stability). systems: item_id -> system (system-level
     correlation). ``method`` is the correlation for grouped/system/paired/budget results (item level reports
-    all three). Scores are read with the expected reading (``settings.reading``). Sections that cannot be
+    all three). ``reading`` ('greedy' | 'sampled' | 'expected', see :mod:`logitjudge.stats.readings`) is how every
+    section turns a prompt's exact distribution into a score (``settings.reading``; a reproduction of the study,
+    whose judges answer one label, uses 'greedy'). Sections that cannot be
     computed are None, with the reason under ``skipped``.
     """
     ctx = Context.build(table, human=human, groups=groups, systems=systems, rng=rng, n_boot=n_boot,
-                        method=method, n_draws=n_draws)
+                        method=method, n_draws=n_draws, reading=reading)
     result: dict = {"verdict": "", "table": {
         "n_items": table.n_items, "n_criteria": len(ctx.criteria), "n_orderings": table.probs.shape[2],
         "n_options": table.n_options, "criteria": ctx.criteria, "design": ctx.design,

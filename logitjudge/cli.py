@@ -101,7 +101,7 @@ def cmd_analyze(args) -> int:
         human, groups = read_human_scores(args.human, group_by=args.group_by)
     a = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("analysis.")}
     res = analyze(table, human=human, groups=groups or None, rng=a["seed"], n_boot=a["n_boot"], method=a["method"],
-                  n_draws=a["n_draws"])
+                  n_draws=a["n_draws"], reading=a["reading"])
     print(json.dumps(res, indent=2) if args.json else format_markdown(res))
     return 0
 

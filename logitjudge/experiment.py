@@ -31,7 +31,7 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     slots = "greedy"                   # greedy | marginal (multi-criteria only)
     max_continuations = 20000
     [orderings]
-    options = "balanced"               # balanced | random:K | fixed:K
+    options = "balanced"               # balanced | all | random:K | balanced+random:R | shared-random:K | fixed:K
     criteria = "balanced"              # criterion orders (multi-criteria only; every option order is
                                        # crossed with every criterion order)
     seed = 0
@@ -40,6 +40,7 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     method = "pearson"                 # pearson | spearman | kendall
     seed = 0
     n_draws = 100
+    reading = "expected"               # greedy (the study's judges) | sampled | expected
     [probe]                            # off unless probes is set: see `logitjudge probe`
     # probes = ["lens", "attention"]   # lens | attention | patch | linear
     # criterion = "Coherence"          # default: the rubric's first
@@ -155,12 +156,13 @@ def _load_items(spec: Spec, data_dir) -> tuple[list[Item], Rubric, dict]:
     return items, rubric, info
 
 
-def _orders(spec: Spec, rubric: Rubric) -> tuple[np.ndarray, np.ndarray | None]:
-    """The option orders and (multi-criteria) the aligned criteria orders: every option order crossed with every
+def _orders(spec: Spec, rubric: Rubric, n_items: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The option orders ((K, n) shared, or (I, K, n) per item for random:K / all-per-item designs) and
+    (multi-criteria) the aligned criteria orders, shared by every item: every option order crossed with every
     criteria order, the criteria orders drawn with seed + 1 so that they are not the option orders' draws."""
     od = spec.orderings
     try:
-        option_orders = parse(od.options, rubric.n_options, seed=od.seed)
+        option_orders = parse(od.options, rubric.n_options, seed=od.seed, n_items=n_items)
     except OrderingError as e:
         raise SpecError(f"{spec.where('orderings', 'options')}: {e}") from None
     if not spec.prompts.multi_criteria:
@@ -168,7 +170,8 @@ def _orders(spec: Spec, rubric: Rubric) -> tuple[np.ndarray, np.ndarray | None]:
     try:
         criterion_orders = parse(od.criteria, rubric.n_criteria, seed=od.seed + 1)
     except OrderingError as e:
-        raise SpecError(f"{spec.where('orderings', 'criteria')}: {e}") from None
+        raise SpecError(f"{spec.where('orderings', 'criteria')}: {e} (criteria orders are shared by every "
+                        "item: balanced, all, shared-random:K or fixed:K)") from None
     return cross(option_orders, criterion_orders)
 
 
@@ -205,7 +208,7 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
         template = load_template(relative(name, spec.base) if name.endswith(".toml") else name)
     except PromptError as e:
         raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
-    option_orders, criterion_orders = _orders(spec, rubric)
+    option_orders, criterion_orders = _orders(spec, rubric, len(items))
     if pr.multi_criteria:
         check_slots(pr.slots, rubric.n_options, rubric.n_criteria, pr.max_continuations)
     human = {it.id: dict(it.human) for it in items if it.human} or None
@@ -300,7 +303,7 @@ def analyze_experiment(exp: Experiment, table: ScoreTable) -> dict:
 
     a = exp.spec.analysis
     return analyze(table, human=exp.human, systems=exp.systems, rng=a.seed, n_boot=a.n_boot, method=a.method,
-                   n_draws=a.n_draws)
+                   n_draws=a.n_draws, reading=a.reading)
 
 
 def public_spec(spec: Spec) -> dict:

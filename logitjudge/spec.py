@@ -90,9 +90,12 @@ class PromptSpec:
 
 @dataclass(frozen=True)
 class OrderingSpec:
-    options: str = opt("balanced", "option orders: balanced | random:K | fixed:K", flag="--orderings")
-    criteria: str = opt("balanced", "criteria orders (multi-criteria; crossed with every option order): balanced "
-                        "| random:K | fixed:K", flag="--criteria-orderings")
+    options: str = opt("balanced", "option orders: balanced (the 2n rotations) | all (every n! order, n <= 7) | "
+                       "random:K (K uniform orders drawn per item: the study's RANDOM) | balanced+random:R (per "
+                       "item: the 2n rotations, then R random) | shared-random:K (one random set for every item; "
+                       "confounds content and position) | fixed:K", flag="--orderings")
+    criteria: str = opt("balanced", "criteria orders (multi-criteria; crossed with every option order; shared by "
+                        "every item): balanced | all | shared-random:K | fixed:K", flag="--criteria-orderings")
     seed: int = opt(0, "seed of random orders (criteria orders use seed + 1)", flag="--seed")
 
 
@@ -101,7 +104,12 @@ class AnalysisSpec:
     n_boot: int = opt(1000, "bootstrap resamples for confidence intervals", minimum=0)
     method: str = opt("pearson", "correlation with human scores", choices=("pearson", "spearman", "kendall"))
     seed: int = opt(0, "seed of the bootstrap and of sampled readings", flag="--seed")
-    n_draws: int = opt(100, "draws of the sampled reading", minimum=1)
+    n_draws: int = opt(100, "Monte-Carlo draws (RANDOM budget points, best-of-N) at least; RANDOM figures stop "
+                       "at a standard error of 0.005", minimum=2)
+    reading: str = opt("expected", "how a prompt's exact label distribution becomes a score: greedy (the most "
+                       "probable label: a judge answering one label, as the study's; a reproduction of the study "
+                       "uses greedy) | sampled (the mean answer of a judge sampling at T=1) | expected "
+                       "(probability-weighted, as in G-Eval)", choices=("greedy", "sampled", "expected"))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .orderings import inverse, validate
+from .orderings import inverse, orders_per_item, validate
 
 
 class TableError(ValueError):
@@ -20,8 +20,9 @@ class ScoreTable:
     """``probs[item, criterion, ordering, option]`` in canonical option order (renormalised over the labels).
 
     ``label_mass[item, criterion, ordering]`` is the total probability of all labels before renormalising.
-    ``option_orders[ordering, position]`` / ``criterion_orders[ordering, position]`` give the canonical index
-    shown at each position. ``values[criterion, option]`` are the numeric scores.
+    ``option_orders[ordering, position]`` (shared by every item) or ``option_orders[item, ordering, position]``
+    (one ordering set per item: per-item random designs) / ``criterion_orders[ordering, position]`` give the
+    canonical index shown at each position. ``values[criterion, option]`` are the numeric scores.
     """
 
     probs: np.ndarray
@@ -44,10 +45,11 @@ class ScoreTable:
         if self.probs.ndim != 4:
             raise TableError(f"probs must be 4-D [items, criteria, orderings, options], got {self.probs.shape}")
         i, c, k, n = self.probs.shape
-        self.option_orders = validate(self.option_orders, n)
+        self.option_orders = validate(self.option_orders, n, per_item=True)
         self.criterion_orders = validate(self.criterion_orders, c)
+        want_orders = (i, k, n) if self.option_orders.ndim == 3 else (k, n)
         checks = [("label_mass", self.label_mass.shape, (i, c, k)),
-                  ("option_orders", self.option_orders.shape, (k, n)),
+                  ("option_orders", self.option_orders.shape, want_orders),
                   ("criterion_orders", self.criterion_orders.shape, (k, c)), ("values", self.values.shape, (c, n)),
                   ("item_ids", self.item_ids.shape, (i,))]
         if self.item_groups is not None:
@@ -72,10 +74,19 @@ class ScoreTable:
     def n_options(self) -> int:
         return self.probs.shape[3]
 
+    @property
+    def orders_per_item(self) -> bool:
+        """True when every item has its own ordering set (``option_orders`` is [items, orderings, positions])."""
+        return self.option_orders.ndim == 3
+
+    def item_option_orders(self) -> np.ndarray:
+        """[items, orderings, positions] option orders (a broadcast view when they are shared)."""
+        return orders_per_item(self.option_orders, self.n_items)
+
     # ---- views ---------------------------------------------------------------------------------------------
     def probs_by_position(self) -> np.ndarray:
         """[items, criteria, orderings, positions]: probability of the option shown at each position."""
-        idx = np.broadcast_to(self.option_orders[None, None], self.probs.shape)
+        idx = np.broadcast_to(self.item_option_orders()[:, None], self.probs.shape)
         return np.take_along_axis(self.probs, idx, axis=3)
 
     def expected_score(self) -> np.ndarray:
@@ -91,6 +102,20 @@ class ScoreTable:
     def criterion_positions(self) -> np.ndarray:
         """[orderings, criteria]: the position at which each canonical criterion is shown."""
         return inverse(self.criterion_orders)
+
+    def select_items(self, index) -> ScoreTable:
+        index = np.asarray(index)
+        orders = self.option_orders[index] if self.orders_per_item else self.option_orders
+        return ScoreTable(self.probs[index], self.label_mass[index], orders, self.criterion_orders,
+                          self.values, self.item_ids[index], list(self.criteria),
+                          None if self.item_groups is None else self.item_groups[index], dict(self.meta))
+
+    def select_orderings(self, index) -> ScoreTable:
+        index = np.asarray(index)
+        orders = self.option_orders[:, index] if self.orders_per_item else self.option_orders[index]
+        return ScoreTable(self.probs[:, :, index], self.label_mass[:, :, index], orders,
+                          self.criterion_orders[index], self.values, self.item_ids, list(self.criteria),
+                          self.item_groups, dict(self.meta))
 
     # ---- files ---------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
@@ -146,7 +171,7 @@ class ScoreTable:
 
         i, c, k, n = self.probs.shape
         ii, cc, kk, oo = np.meshgrid(np.arange(i), np.arange(c), np.arange(k), np.arange(n), indexing="ij")
-        pos = np.broadcast_to(inverse(self.option_orders)[None, None], self.probs.shape)
+        pos = np.broadcast_to(inverse(self.item_option_orders())[:, None], self.probs.shape)
         cpos = np.broadcast_to(self.criterion_positions()[None, :, :].transpose(0, 2, 1)[..., None], self.probs.shape)
         df = pd.DataFrame({
             "item_id": self.item_ids[ii.ravel()],

@@ -23,16 +23,21 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return z / z.sum(axis=-1, keepdims=True)
 
 
-def _option_orders(orderings, n: int, n_orderings: int | None, rng) -> np.ndarray:
+def _option_orders(orderings, n: int, n_orderings: int | None, rng, n_items: int = 1) -> np.ndarray:
     if isinstance(orderings, str):
         if orderings == "balanced":
             return ords.balanced(n)
-        if orderings == "random":
+        if orderings == "random":  # one random set shared by every item
             return ords.random(n, n_orderings or 2 * n, rng=rng)
+        if orderings == "per-item-random":
+            return ords.random_per_item(n, n_orderings or 2 * n, n_items, rng=rng)
+        if orderings == "all":
+            return ords.all_orders(n)
         if orderings == "fixed":
             return ords.fixed(n, n_orderings or 1)
-        raise ValueError(f"orderings={orderings!r}: use 'balanced', 'random', 'fixed' or an array")
-    return ords.validate(orderings, n)
+        raise ValueError(f"orderings={orderings!r}: use 'balanced', 'all', 'random', 'per-item-random', "
+                         "'fixed' or an array")
+    return ords.validate(orderings, n, per_item=True)
 
 
 def _tilt_to_mean(p: np.ndarray, v: np.ndarray, target: np.ndarray, iters: int = 80) -> np.ndarray:
@@ -60,8 +65,10 @@ def planted_table(n_items: int, n_options: int = 5, *, position_bias=None, crite
         first-position log-odds of +0.7 (bias[p] minus the mean of the other positions).
     criterion_position_shift: points added to the expected score of a criterion shown at position q: shape
         (n_criteria,) for all criteria alike or (n_criteria criteria, n_criteria positions).
-    orderings: 'balanced' | 'random' | 'fixed' | an array of option orders. With several criteria, the option
-        orders are crossed with the criterion orders (default: the n_criteria cyclic rotations).
+    orderings: 'balanced' | 'all' | 'random' (one set shared by every item) | 'per-item-random' | 'fixed' | an
+        array of option orders ([K, n], or [items, K, n] per item with a single criterion). With several
+        criteria, the option orders are crossed with the criterion orders (default: the n_criteria cyclic
+        rotations).
     prompt_noise: sd of Gaussian noise added to every log-probability (a judge's per-prompt idiosyncrasy
         that is independent of position), so that argmax choices vary across prompts.
     n_groups: items are assigned round-robin to groups 'g0', 'g1', ... (``item_groups``).
@@ -69,20 +76,22 @@ def planted_table(n_items: int, n_options: int = 5, *, position_bias=None, crite
     gen = np.random.default_rng(rng)
     n, c = int(n_options), int(n_criteria)
     vals = np.arange(1.0, n + 1) if values is None else np.asarray(values, dtype=np.float64)
-    opt = _option_orders(orderings, n, n_orderings, gen)
+    opt = _option_orders(orderings, n, n_orderings, gen, n_items)
+    if opt.ndim == 3 and c > 1:
+        raise ValueError("per-item option orders are supported with a single criterion")
     if c > 1:
         crit = (np.asarray([np.roll(np.arange(c), -r) for r in range(c)]) if criterion_orderings is None
                 else ords.validate(criterion_orderings, c))
         opt, crit = ords.cross(opt, crit)
     else:
-        crit = np.zeros((len(opt), 1), dtype=np.int64)
+        crit = np.zeros((opt.shape[-2], 1), dtype=np.int64)
     span = vals.max() - vals.min()
     quality = gen.uniform(vals.min() + 0.15 * span, vals.max() - 0.15 * span, size=(n_items, c))
     # [items, criteria, options]
     content = -content_scale * (vals[None, None, :] - quality[..., None]) ** 2 / 2
     bias = np.zeros(n) if position_bias is None else np.asarray(position_bias, dtype=np.float64)
-    pos = ords.inverse(opt)  # [orderings, option] -> position
-    logits = content[:, :, None, :] + bias[pos][None, None]
+    pos = ords.inverse(opt)  # [orderings, option] (or [items, orderings, option]) -> position
+    logits = content[:, :, None, :] + (bias[pos][:, None] if opt.ndim == 3 else bias[pos][None, None])
     if prompt_noise:
         logits = logits + gen.normal(0.0, prompt_noise, size=logits.shape)
     probs = _softmax(logits)

@@ -71,9 +71,8 @@ def test_analyze_fixed_and_random_designs():
     assert "not tested" in res["verdict"] and "FIXED" in res["skipped"]["position.C0.chi_square"]
     assert "not identifiable" in res["skipped"]["position.C0.effect"]
     t = planted_table(60, 4, orderings="random", position_bias=[0.9, 0, 0, 0], prompt_noise=0.3, rng=0)
-    res = analyze(t, n_boot=20)
-    assert res["verdict"].startswith("first-position bias")
-    assert any("RANDOM design" in w for w in res["warnings"])
+    res = analyze(t, n_boot=20)  # one random set shared by every item: content and position confounded
+    assert "not tested" in res["verdict"] and "confounded" in res["skipped"]["position.C0.chi_square"]
     t = planted_table(60, 4, rng=0)
     res = analyze(t, n_boot=20)
     assert res["verdict"].startswith("no significant position bias")

@@ -333,3 +333,20 @@ def test_bad_input_is_refused_before_the_model_loads(tmp_path, capsys, monkeypat
     err = capsys.readouterr().err
     assert "no-org/no-such-model" in err and "HF_HUB_OFFLINE" in err and time.time() - t0 < 10
     assert not list(tmp_path.glob("t.npz*"))
+
+
+@pytest.mark.parametrize("spec,k", [("random:4", 4), ("balanced+random:2", 12)])
+def test_per_item_orders_score_and_analyze(tmp_path, model_dir, capsys, spec, k):
+    """random:K (the study's RANDOM, drawn per item) and balanced+random:R score per-item [I, K, n] orders that
+    the table keeps, and every analysis section computes on them or says why it is skipped."""
+    texts = write_texts(tmp_path / "texts.jsonl", 8)
+    out = tmp_path / "t.npz"
+    assert main(["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", spec, "--out", str(out),
+                 "--quiet"]) == 0
+    t = ScoreTable.load(out)
+    assert t.option_orders.shape == (8, k, 5) and t.orders_per_item
+    assert len({tuple(map(tuple, t.option_orders[i])) for i in range(8)}) > 1  # items have their own orders
+    capsys.readouterr()
+    assert main(["analyze", str(out), "--json", "--n-boot", "20"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert "position" in res and "error" not in json.dumps(res.get("skipped", {})).lower()

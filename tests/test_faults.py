@@ -340,7 +340,7 @@ def test_damaged_table_is_one_line(small_table, tmp_path, capsys, damage):
 def test_out_of_memory_halves_the_budget_and_retries(tiny_lm, monkeypatch, kind):
     items = [Item(f"t{i}", " ".join(["The cat sat on the mat."] * (1 + i % 3))) for i in range(6)]
     rubric = builtin_rubric("default")
-    orders = parse("random:3", rubric.n_options)
+    orders = parse("shared-random:3", rubric.n_options)
     ref = score(tiny_lm, items, rubric, orders, engine=Engine(tiny_lm, token_budget=2048), progress=False)
     faults.reset()
     monkeypatch.setenv("LOGITJUDGE_FAULTS", f"{kind}@batch:2")
@@ -372,7 +372,7 @@ def test_non_finite_logits_name_the_item_and_ordering(value):
     items = [Item("first", "The cat sat on the mat."), Item("second", "A dog barked.")]
     rubric = builtin_rubric("default")
     with pytest.raises(EngineError) as e:
-        score(lm, items, rubric, parse("random:2", rubric.n_options), progress=False)
+        score(lm, items, rubric, parse("shared-random:2", rubric.n_options), progress=False)
     msg = str(e.value)
     assert re.search(r"non-finite logits \((nan|-?inf)\) for item '(first|second)', criterion '\w+', ordering \d",
                      msg), msg

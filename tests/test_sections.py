@@ -103,7 +103,7 @@ def test_a_new_section_is_one_object_and_one_registry_line(planted, with_mean_sc
 
 def test_context_refuses_a_bad_reading_and_human_reading_lives_beside_items(planted):
     with pytest.raises(StatsError, match="reading"):
-        Context.build(planted[0], reading="greedy")
+        Context.build(planted[0], reading="bogus")
     assert analysis.read_human_scores is human.read_human_scores
     assert analysis.HumanScoresError is human.HumanScoresError
 
@@ -132,3 +132,58 @@ def test_data_flows_one_way(layer, above):
     for f in sorted((ROOT / layer).glob("*.py")):
         bad = [m for m in _imports(f) if m.split(".")[1:2] and m.split(".")[1] in above]
         assert not bad, f"{f.name} imports {bad}"
+
+
+def test_greedy_reading_reaches_every_section_and_random_is_an_expectation(planted):
+    """analyze(reading='greedy'): every section names the reading; RANDOM's mean score is the exact expectation
+    (the mean over each item's rows of the greedy score), its correlation a Monte-Carlo value with its SE."""
+    t, h = planted
+    res = analyze(t, human=h, n_boot=20, n_draws=3, reading="greedy")
+    assert res["settings"]["reading"] == "greedy"
+    for s in SECTIONS:
+        assert "greedy reading" in s.markdown(res) or s.name in ("position",), s.name
+    greedy = t.values[0][np.argmax(t.probs[:, 0], axis=-1)]  # [items, orderings]
+    assert res["aggregation"]["C0"]["mean_score"]["random"] == pytest.approx(greedy.mean())
+    rnd = res["alignment"]["C0"]["item"]["random"]["pearson"]
+    assert rnd["se"] is not None and 0 < rnd["se"] <= 0.0051 and not rnd["exact"]
+    chi = res["position"]["C0"]["chi_square"]
+    assert chi["reading"] == "greedy" and "counts by position" in res["verdict"]
+    flips = res["rank_stability"]["C0"]
+    assert flips["top1_flips"]["reading"] == "greedy" and set(flips["top1_change"]) == {"random", "balanced"}
+    assert "pairwise top-1 disagreement" in format_markdown(res)
+
+
+def test_budget_reports_gains_over_fixed_with_cis_and_shares_only_where_they_hold(planted):
+    t, h = planted
+    res = analyze(t, human=h, n_boot=50, n_draws=3)
+    b = res["budget"]["C0"]
+    for s in b["curves"]:
+        assert b["gain_over_fixed"][s][0] == pytest.approx(b["curves"][s][0] - b["curves"]["fixed"][0])
+        lo, hi = b["gain_ci"][s][f"K={len(b['ks'])}"]
+        shared = s in b["share_for"]
+        assert shared == (b["gain_over_fixed"][s][-1] > 0 and lo > 0)
+        assert (b["gain"][s]["fraction"][-1] is not None) == shared
+    md = BUDGET.markdown(res)
+    assert "gain over FIXED(1), 95% CI" in md and "share of the full gain" in md
+
+
+def test_edges_and_mixed_labels_read_as_sentences_with_their_counts():
+    from logitjudge.sections.position import _criterion_verdict
+
+    base = {"cramers_v": 0.3, "cramers_v_ci_low": 0.2, "cramers_v_ci_high": 0.4, "pvalue": 1e-6, "alpha": 0.05,
+            "reading": "greedy", "counts": [40.0, 10.0, 10.0, 40.0], "n": 100.0, "favoured": [0, 3]}
+    v = _criterion_verdict("C", dict(base, label="edges"), None)
+    assert "edges-position" not in v and "U-shaped" in v and "[40.0, 10.0, 10.0, 40.0]" in v and "[0, 3]" in v
+    v = _criterion_verdict("C", dict(base, label="mixed", favoured=[0, 2]), None)
+    assert "mixed-position" not in v and "neither one end nor one block" in v
+
+
+def test_shared_random_design_skips_the_chi_square_with_the_reason():
+    from synthetic import planted_table
+
+    t = planted_table(30, 4, orderings="random", n_orderings=3, rng=1)
+    res = analyze(t, n_boot=10, n_draws=2)
+    why = res["skipped"]["position.Q.chi_square"] if "position.Q.chi_square" in res["skipped"] else \
+        next(v for k, v in res["skipped"].items() if k.endswith("chi_square"))
+    assert "shared by every item" in why and "random:K" in why
+    assert "position bias not tested" in res["verdict"]

@@ -74,3 +74,21 @@ def test_degenerate_inputs():
     np.testing.assert_allclose(res.spread, 0.0)
     with pytest.raises(ValueError, match="NaN"):
         criterion_position_effect(np.full((5, 3, 3), np.nan), orders)
+
+
+def test_permutation_null_reference_separates_noise_from_a_planted_shift():
+    # no planted shift: noisy scores still show a positive max - min spread, which the null reproduces
+    rng = np.random.default_rng(3)
+    orders = np.array([[0, 1, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0], [1, 0, 2], [0, 2, 1]])
+    noise = rng.normal(3, 0.5, size=(30, 3, 6))
+    res = criterion_position_effect(noise, orders, n_perm=300, n_boot=0, rng=0)
+    assert np.all(res.spread > 0) and res.n_perm == 300
+    assert np.all(res.spread <= res.null_spread_high) and np.all(np.abs(res.excess_spread) < 0.15)
+    np.testing.assert_allclose(res.excess_spread, res.spread - res.null_spread_mean)
+    # a planted shift of 0.8 points for criterion 0 at position 0 stands out of the null by about that much
+    shifted = noise.copy()
+    pos = np.argsort(orders, axis=1)  # [orderings, criterion] -> position
+    shifted[:, 0, :] += 0.8 * (pos[:, 0] == 0)
+    res = criterion_position_effect(shifted, orders, n_perm=300, n_boot=0, rng=0)
+    assert res.spread[0] > res.null_spread_high[0] and res.excess_spread[0] > 0.5
+    assert res.spread[1] <= res.null_spread_high[1]

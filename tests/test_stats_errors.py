@@ -15,6 +15,12 @@ NOT_PERM = np.array([[0, 0, 1]] * 6)
 X, Y, G5 = np.arange(5.0), np.array([1.0, 3, 2, 5, 4]), np.array(list("aabbb"))
 S, G6 = np.random.default_rng(0).random((6, 6)), np.array(list("aaabbb"))  # [items, orderings] scores
 C3 = np.ones((3, 2, 2))  # [items, criteria, orderings]
+G4 = np.array(list("aabb"))
+
+
+def MEAN(x):  # [draws, items] -> [draws]
+    return x.mean(axis=1)
+
 
 CASES = {
     "probs_by_position": [lambda: st.probs_by_position(P, NOT_PERM), lambda: st.probs_by_position([["a"]], O),
@@ -87,6 +93,35 @@ CASES = {
     "kendall_tau_matrix": [lambda: st.kendall_tau_matrix(np.ones(3), np.ones(3, bool))],
     "detect_design": [lambda: st.detect_design(NOT_PERM), lambda: st.detect_design([[]])],
     "canonical_index": [lambda: st.canonical_index(NOT_PERM)],
+    "has_all_orders": [lambda: st.has_all_orders(NOT_PERM), lambda: st.has_all_orders("x")],
+    "pool_kind": [lambda: st.pool_kind(NOT_PERM)],
+    "check_reading": [lambda: st.check_reading("x"), lambda: st.check_reading("draw")],
+    "tempered": [lambda: st.tempered(P, 0), lambda: st.tempered("a")],
+    "answer_probs": [lambda: st.answer_probs(P, reading="expected"), lambda: st.answer_probs("a", reading="greedy")],
+    "random_item_scores": [lambda: st.random_item_scores(P, V[:2]), lambda: st.random_item_scores("a", V),
+                           lambda: st.random_item_scores(P, V, reading="x")],
+    "random_label_shares": [lambda: st.random_label_shares(P[0]), lambda: st.random_label_shares(P, reading="x")],
+    "draw_random_scores": [lambda: st.draw_random_scores(P, V, 10, k=0),
+                           lambda: st.draw_random_scores(P, V[:2], 10, k=2),
+                           lambda: st.draw_random_scores(P, V, 0, k=2)],
+    "random_expectation": [lambda: st.random_expectation(P, V, MEAN, k=0),
+                           lambda: st.random_expectation(P, V, MEAN, k=2, reading="x"),
+                           lambda: st.random_expectation(P, V[:2], MEAN, k=2),
+                           lambda: st.random_expectation(P, V, MEAN, k=2, precision=0)],
+    "random_expectation_ref": [lambda: st.random_expectation_ref(P, V, MEAN, k=0),
+                               lambda: st.random_expectation_ref(P, V, lambda x: MEAN(x) * np.nan, k=2)],
+    "win_probabilities": [lambda: st.win_probabilities(np.ones(3), V), lambda: st.win_probabilities(P[0], V[:2]),
+                          lambda: st.win_probabilities("a", V)],
+    "mean_answer_distribution": [lambda: st.mean_answer_distribution(P[0], V[:2]),
+                                 lambda: st.mean_answer_distribution("a", V)],
+    "top1_flips": [lambda: st.top1_flips(P, V, G4, reading="x"), lambda: st.top1_flips(P, V, G4[:2]),
+                   lambda: st.top1_flips(P, V, G4, canonical=99), lambda: st.top1_flips(P[:, :1], V, G4)],
+    "top1_change": [lambda: st.top1_change(H, H[:2], G4, reading="greedy"),
+                    lambda: st.top1_change(H, H * np.nan, G4, reading="greedy"),
+                    lambda: st.top1_change(H, H, G4, reading="x")],
+    "top1_change_sampled": [lambda: st.top1_change_sampled(P, V, G4, [99], [0]),
+                            lambda: st.top1_change_sampled(P, V, G4, "x", [0]),
+                            lambda: st.top1_change_sampled(P, V, G4, [0], [1], temperature=0)],
 }
 
 

@@ -7,10 +7,10 @@ from synthetic import planted_table
 
 from logitjudge import orderings as ords
 from logitjudge.stats import (
+    ConfoundedDesignError,
     ConfoundedDesignWarning,
     DesignError,
     InsufficientDataError,
-    RandomDesignWarning,
     ShapeError,
     StatsError,
     chosen_positions,
@@ -96,9 +96,12 @@ def test_chisquare_design_handling():
         position_chisquare(pbp, t.option_orders, n_boot=0)
     with pytest.warns(ConfoundedDesignWarning):
         assert position_chisquare(pbp, t.option_orders, n_boot=0, allow_confounded=True).design == "fixed"
-    t = planted_table(20, 3, orderings="random", rng=0)
-    with pytest.warns(RandomDesignWarning):
-        position_chisquare(probs_by_position(t.probs[:, 0], t.option_orders), t.option_orders, n_boot=0)
+    t = planted_table(20, 3, orderings="random", rng=0)  # one random set shared by every item
+    pbp = probs_by_position(t.probs[:, 0], t.option_orders)
+    with pytest.raises(ConfoundedDesignError, match="confounded.*random:K"):
+        position_chisquare(pbp, t.option_orders, n_boot=0)
+    with pytest.warns(ConfoundedDesignWarning):
+        position_chisquare(pbp, t.option_orders, n_boot=0, allow_confounded=True)
 
 
 def test_chisquare_null_rejection_rate_is_nominal():

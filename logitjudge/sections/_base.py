@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .. import stats as st
-from ..stats._result import BALANCED, AlignmentError, check_choice
-from ..stats.aggregation import READINGS
+from ..stats._result import AlignmentError, DesignError
+from ..stats.budget import _balanced_rows
+from ..stats.readings import check_reading
 from ..table import ScoreTable
 from ._format import reading_note
 
@@ -51,8 +52,9 @@ def _labels_for(table: ScoreTable, mapping: dict | None, what: str) -> np.ndarra
 @dataclass(frozen=True)
 class Context:
     """Everything a section may read. ``groups``/``systems`` hold one label per item ('' where missing);
-    ``reading`` is how a prompt's exact distribution becomes a score ('expected', 'argmax' or 'draw', as in
-    :func:`logitjudge.stats.read_scores`).
+    ``reading`` is how a prompt's exact distribution becomes a score: 'greedy' (the judge answers its most
+    probable label: the study's judges), 'sampled' (the exact mean of a judge sampling at temperature 1) or
+    'expected' (the probability-weighted score, as in G-Eval); see :mod:`logitjudge.stats.readings`.
 
     Randomness: ``rng`` is the generator of the section being computed, :meth:`for_part` of ``seed`` and the
     section's and criterion's names, so that adding, removing or reordering sections (or criteria) leaves every
@@ -86,7 +88,7 @@ class Context:
             if not set(names) & set(table.criteria):
                 raise AlignmentError(f"the human scores name criteria {names}, none of the table's "
                                      f"{list(table.criteria)}")
-        check_choice("reading", reading, READINGS)
+        reading = check_reading(reading)  # 'argmax' is the old name of 'greedy'
         return cls(table, st.detect_design(table.option_orders), human or None, group_arr,
                    _labels_for(table, systems, "system"), np.random.default_rng(rng),
                    int(np.random.default_rng(rng).integers(2**63)),
@@ -118,23 +120,45 @@ class Context:
     def prompt_scores(self, c: int) -> np.ndarray:
         """``[items, orderings]``: each prompt's score of criterion ``c`` under ``reading``."""
         t = self.table
-        return self._cached(("prompt", c), lambda: st.read_scores(t.probs[:, c], t.values[c], reading=self.reading,
-                                                                  rng=self.generator("prompt", self.criteria[c])))
+        return self._cached(("prompt", c), lambda: st.read_scores(t.probs[:, c], t.values[c], reading=self.reading))
 
     def strategy_scores(self, c: int) -> dict[str, np.ndarray]:
-        """Per-item scores of criterion ``c`` under FIXED, RANDOM (K=1) and BALANCED (or the mean over all
-        orderings when they are not balanced); drawn once, so every section sees the same RANDOM draw."""
+        """Per-item scores of criterion ``c``: 'fixed' (the canonical prompt; absent when per-item orders have no
+        common canonical row, see :meth:`strategy_notes`), 'random' (the exact expectation over uniformly drawn
+        orders of the item's rows, :func:`~logitjudge.stats.random_item_scores`: the study's RANDOM, whatever
+        K, for a per-item mean) and 'balanced' (the mean over the 2n balanced rotations, when the table holds
+        them: balanced, all n! orders, balanced+random)."""
         return self._cached(("strategy", c), lambda: self._strategies(c))
 
+    def strategy_notes(self) -> tuple[str, ...]:
+        """Why a strategy is missing from :meth:`strategy_scores` (the same for every criterion)."""
+        return self._cached("strategy_notes", self._notes)
+
+    def _notes(self) -> tuple[str, ...]:
+        o, notes = self.table.option_orders, []
+        try:
+            st.canonical_index(o)
+        except DesignError as e:
+            notes.append(f"no FIXED scores: {e}")
+        if _balanced_rows(o, self.table.n_options) is None:
+            notes.append("no BALANCED scores: the table holds no balanced rotations (score with balanced, all or "
+                         "balanced+random:R)")
+        notes.append(f"RANDOM is the exact expectation over orders drawn uniformly from the table's "
+                     f"{st.pool_kind(o)}")
+        return tuple(notes)
+
     def _strategies(self, c: int) -> dict[str, np.ndarray]:
-        p, v, o, r = self.table.probs[:, c], self.table.values[c], self.table.option_orders, self.reading
-        gen = self.generator("strategy", self.criteria[c])
-        out = {"fixed": st.aggregate_scores(p, v, o, strategy="fixed", reading=r, rng=gen).scores,
-               "random": st.aggregate_scores(p, v, o, strategy="random", k=1, reading=r, rng=gen).scores}
-        if self.design == BALANCED:
-            out["balanced"] = st.aggregate_scores(p, v, o, strategy="balanced", reading=r, rng=gen).scores
-        else:
-            out["all_orderings"] = self.prompt_scores(c).mean(axis=1)  # mean over the (unbalanced) orderings
+        t, r = self.table, self.reading
+        scores = self.prompt_scores(c)  # [items, orderings]
+        out = {}
+        try:
+            out["fixed"] = scores[:, st.canonical_index(t.option_orders)]
+        except DesignError:
+            pass  # said in strategy_notes
+        out["random"] = st.random_item_scores(t.probs[:, c], t.values[c], reading=r)
+        rows = _balanced_rows(t.option_orders, t.n_options)
+        if rows is not None:
+            out["balanced"] = scores[:, rows].mean(axis=1)
         return out
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 # What a number of a section reads from each prompt's exact distribution over the labels.
 READINGS = {
+    "greedy": "the score of each prompt's most probable label (a judge that answers one label greedily, as the "
+              "study's judges do)",
+    "sampled": "the exact expected score of a label sampled from each prompt's distribution (a judge sampling "
+               "at temperature 1; its mean answer)",
     "expected": "each prompt's probability-weighted score Σ value·p(label), as in G-Eval",
-    "argmax": "the score of each prompt's most probable label",
-    "draw": "the score of one label drawn from each prompt's exact distribution",
 }
 
 

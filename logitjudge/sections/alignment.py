@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import stats as st
 from ..stats._result import BALANCED, StatsError
+from ..stats.budget import _Stat
 from . import _plot
 from ._base import Context, Section
 from ._format import ci, fmt, md_table
@@ -17,6 +18,25 @@ PRIDE_MIN_ITEMS = 10  # PriDe estimates its prior on 20% of the human-scored ite
 def correlations(x, y, ctx: Context) -> dict:
     """Pearson, Spearman and Kendall with bootstrap CIs."""
     return {m: st.correlation(x, y, method=m, n_boot=ctx.n_boot, rng=ctx.rng) for m in st.alignment.METHODS}
+
+
+def random_correlation(ctx: Context, c: int, idx, y, method: str, groups=None) -> dict:
+    """The study's RANDOM: the expected correlation with humans when every item is scored by one prompt under an
+    order drawn uniformly from its rows (``random_expectation``, K=1; Monte-Carlo with its standard error)."""
+    t = ctx.table
+    stat = _Stat(y, method, "item" if groups is None else "grouped", groups)
+    e = st.random_expectation(t.probs[idx, c], t.values[c], stat, k=1, reading=ctx.reading, rng=ctx.rng)
+    return {"statistic": e.value, "se": e.se, "exact": e.exact, "n_draws": e.n_draws, "pool": e.pool,
+            "method": method, "note": e.note}
+
+
+def cell(d: dict | None) -> str:
+    """A correlation cell: value [CI] from a bootstrap, or value ± SE for a RANDOM expectation."""
+    if not d:
+        return "—"
+    if "se" in d:
+        return f"{fmt(d['statistic'])} (exact)" if d.get("exact") else f"{fmt(d['statistic'])} ± {fmt(d['se'])} SE"
+    return ci(d, "statistic", "ci_low", "ci_high")
 
 
 class Alignment(Section):
@@ -32,14 +52,21 @@ class Alignment(Section):
         idx, y, scores, kw = hs.index, hs.scores, ctx.strategy_scores(c), {"method": ctx.method, "rng": ctx.rng}
         out = {"n_items": len(idx), "n_missing": hs.n_missing, "item": {}, "grouped": {}, "system": {},
                "compare": {}}
+        out["notes"] = list(ctx.strategy_notes())
         for name, x in scores.items():
-            out["item"][name] = correlations(x[idx], y, ctx)
+            if name == "random":
+                out["item"][name] = {m: random_correlation(ctx, c, idx, y, m) for m in st.alignment.METHODS}
+            else:
+                out["item"][name] = correlations(x[idx], y, ctx)
             if ctx.groups is not None:
                 g = ctx.groups[idx]
                 keep = g != ""
-                out["grouped"][name] = st.grouped_correlation(x[idx][keep], y[keep], g[keep], n_boot=ctx.n_boot,
-                                                              **kw)
-            if ctx.systems is not None:
+                if name == "random":
+                    out["grouped"][name] = random_correlation(ctx, c, idx[keep], y[keep], ctx.method, g[keep])
+                else:
+                    out["grouped"][name] = st.grouped_correlation(x[idx][keep], y[keep], g[keep],
+                                                                  n_boot=ctx.n_boot, **kw)
+            if ctx.systems is not None and name != "random":
                 s = ctx.systems[idx]
                 keep = s != ""
                 try:
@@ -48,9 +75,9 @@ class Alignment(Section):
                 except StatsError as e:
                     out["system"][name] = None
                     out.setdefault("system_skipped", {})[name] = str(e)
-        best = "balanced" if "balanced" in scores else "all_orderings"
-        out["compare"][f"{best}_vs_fixed"] = st.compare_correlations(scores[best][idx], scores["fixed"][idx], y,
-                                                                     n_boot=max(ctx.n_boot, 1), **kw)
+        if "fixed" in scores and "balanced" in scores:
+            out["compare"]["balanced_vs_fixed"] = st.compare_correlations(
+                scores["balanced"][idx], scores["fixed"][idx], y, n_boot=max(ctx.n_boot, 1), **kw)
         if ctx.design == BALANCED and len(idx) >= PRIDE_MIN_ITEMS:
             d = st.pride_debias(ctx.table.probs[idx, c], ctx.table.values[c], ctx.table.option_orders,
                                 reading=ctx.reading, rng=ctx.rng)
@@ -63,8 +90,8 @@ class Alignment(Section):
     def tables(self, res: dict, analysis: dict) -> list[str]:
         lines = []
         for name, al in res.items():
-            rows = [[strat] + [ci(cors[m], "statistic", "ci_low", "ci_high") for m in cors]
-                    + [ci(al["grouped"][strat], "statistic", "ci_low", "ci_high") if strat in al["grouped"] else "—"]
+            rows = [[strat + (" (expectation, K=1)" if strat == "random" else "")]
+                    + [cell(cors[m]) for m in cors] + [cell(al["grouped"].get(strat))]
                     for strat, cors in al["item"].items()]
             if al.get("pride"):
                 pc = al["pride"]["correlation"]
@@ -75,6 +102,7 @@ class Alignment(Section):
             for key, cmp in al["compare"].items():
                 lines += ["", f"{key}: Δr = {ci(cmp, 'statistic', 'ci_low', 'ci_high')}, "
                               f"paired bootstrap p = {fmt(cmp['pvalue'], 4)}."]
+            lines += [f"- {n}" for n in al.get("notes") or []]
             lines.append("")
         return lines
 

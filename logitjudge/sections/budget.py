@@ -1,5 +1,7 @@
-"""Budget curves per criterion: the human correlation of K-prompt aggregated scores for K = 1 .. all orderings,
-per strategy, with the share of the full gain reached at K=3 and K=5."""
+"""Budget curves per criterion: the human correlation of K-prompt aggregated scores for K = 1 .. Kmax per
+strategy (RANDOM as the expectation over draws, with its Monte-Carlo standard error), the gain over FIXED at K=1
+with bootstrap CIs at K = 3, 5, Kmax, and the share of the full gain reached at K=3 and K=5 where the gain is
+positive and its CI excludes 0."""
 
 from __future__ import annotations
 
@@ -11,13 +13,23 @@ from ._base import Context, Section, Skip
 from ._format import fmt, md_table, pct
 
 
+def _r_cell(b: dict, se: dict, s: str, j: int) -> str:
+    """r of strategy ``s`` at the j-th budget, with its Monte-Carlo standard error where it has one."""
+    e = (se.get(s) or [0] * (j + 1))[j]
+    return fmt(b["curves"][s][j]) + (f" ± {fmt(e)}" if e else "")
+
+
 class Budget(Section):
     name = "budget"
     title = "Budget curves"
     CAPTION = ("Correlation with human scores as a function of the number of prompts per item K, per ordering "
-               "strategy (band: ±1 sd over random draws / balanced windows). Diamonds mark K=3 and K=5; the box "
-               "gives the share of the full gain r(Kmax) - r(1) reached there. Judge scores use the {reading}.")
-    NOTE = "Judge scores use the {reading}."
+               "strategy (RANDOM: the expectation over uniformly drawn orders; band: ±1 sd over random draws / "
+               "balanced windows). Diamonds mark K=3 and K=5; the box gives the share of the full gain "
+               "r(Kmax) - r_FIXED(1) reached there, only where that gain is positive and its 95% CI excludes 0. "
+               "Judge scores use the {reading}.")
+    NOTE = ("Judge scores use the {reading}. RANDOM is the expectation over orders drawn uniformly per item "
+            "(± its Monte-Carlo standard error); gains are over FIXED at K=1, with percentile bootstrap CIs over "
+            "items.")
     needs = ("human",)
 
     def compute(self, ctx: Context, c: int | None = None) -> dict:
@@ -30,16 +42,31 @@ class Budget(Section):
         out = b.to_dict()
         out["gain_at"] = {s: {f"K={k}": b.gain[s].fraction[k - 1] for k in (3, 5) if k <= len(b.ks)}
                           for s in b.curves}
+        out["share_for"] = [s for s in b.curves if b.gain[s].defined]
+        out["notes"] = list(out.get("notes") or []) + [n for n in ctx.strategy_notes() if n.startswith("RANDOM")]
         return out
 
     def tables(self, res: dict, analysis: dict) -> list[str]:
         lines = []
         for name, b in res.items():
             strats = list(b["curves"])
-            rows = [[str(k)] + [fmt(b["curves"][s][j]) for s in strats]
+            se = b.get("curves_se") or {}
+
+            gof = b.get("gain_over_fixed") or {}
+            rows = [[str(k)] + [_r_cell(b, se, s, j) for s in strats]
+                    + [fmt((gof.get(s) or [None] * (j + 1))[j]) for s in strats]
                     + [fmt(b["gain"][s]["fraction"][j], 2) for s in strats] for j, k in enumerate(b["ks"])]
             lines += [f"### {name} ({b['method']})", ""]
-            lines += md_table(["K"] + [f"r {s}" for s in strats] + [f"gain {s}" for s in strats], rows) + [""]
+            lines += md_table(["K"] + [f"r {s}" for s in strats] + [f"gain {s} over FIXED(1)" for s in strats]
+                              + [f"share {s}" for s in strats], rows) + [""]
+            for s, cis in (b.get("gain_ci") or {}).items():
+                level = b.get("confidence_level", 0.95)
+                lines.append(f"- {s.upper()} gain over FIXED(1), {level:.0%} CI: " + ", ".join(
+                    f"{k} {fmt(gof[s][int(k[2:]) - 1])} [{fmt(lo)}, {fmt(hi)}]" for k, (lo, hi) in cis.items()))
+            for s in strats:
+                g = b["gain"][s]
+                lines.append(f"- {s.upper()} share of the full gain: " + ("reported (the gain is positive and its CI "
+                             "excludes 0)" if g["defined"] else f"none ({g['reason']})"))
             lines += [f"- {note}" for note in b.get("notes") or []]
             if b.get("variance_share") is not None:
                 lines += [f"- RANDOM reaches {b['variance_share']:.0%} of BALANCED's gain over FIXED at "
@@ -48,10 +75,13 @@ class Budget(Section):
         return lines
 
     def summary(self, analysis: dict) -> list[str]:
-        return [f"{c}: gain at K=3 / K=5: " + ", ".join(f"{s.upper()} {pct(g.get('K=3'))} / {pct(g.get('K=5'))}"
-                                                        for s, g in b.get("gain_at", {}).items()
-                                                        if any(v is not None for v in g.values()))
-                for c, b in self.results(analysis).items()]
+        out = []
+        for c, b in self.results(analysis).items():
+            shares = [f"{s.upper()} {pct(g.get('K=3'))} / {pct(g.get('K=5'))}" for s, g in b.get("gain_at", {}).items()
+                      if s in b.get("share_for", [])]
+            out.append(f"{c}: share of the gain over FIXED(1) at K=3 / K=5: " + (", ".join(shares) if shares else
+                       "none (no strategy's gain is positive with a CI excluding 0)"))
+        return out
 
     def plot(self, analysis: dict, path):
         """Human correlation against K per strategy (±1 sd over draws/windows), with the gain fractions at K=3

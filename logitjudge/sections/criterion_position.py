@@ -11,11 +11,24 @@ from ._base import Context, Section
 from ._format import fmt, md_table
 
 
+def _get(cp: dict, key: str, j: int):
+    v = cp.get(key)
+    return None if v is None else v[j]
+
+
+def _null(cp: dict, j: int) -> str:
+    """The permutation-null spread of criterion ``j``: its mean [high quantile]."""
+    return f"{fmt(_get(cp, 'null_spread_mean', j), 2)} [{fmt(_get(cp, 'null_spread_high', j), 2)}]"
+
+
 class CriterionPosition(Section):
     name = "criterion_position"
     title = "Criterion-position effect"
     CAPTION = ("Mean score of each criterion at each position in the multi-criteria prompt, minus the "
                "criterion's mean over positions (points). Scores use the {reading}.")
+    NOTE = ("Scores use the {reading}. Max - min over noisy position means is positive even without an effect: "
+            "the permutation null (orderings shuffled within every item) gives the spread noise alone produces; "
+            "read the excess over its mean, and a spread below its 95% quantile as noise.")
     per_criterion = False
 
     def requires(self, ctx: Context) -> str | None:
@@ -28,24 +41,27 @@ class CriterionPosition(Section):
     def compute(self, ctx: Context, c: int | None = None):
         scores = np.stack([ctx.prompt_scores(j) for j in range(len(ctx.criteria))], axis=1)  # [I, C, K]
         return st.criterion_position_effect(scores, ctx.table.criterion_orders, n_boot=ctx.n_boot,
-                                            n_perm=max(100, min(ctx.n_boot, 1000)), rng=ctx.rng)
+                                            n_perm=max(100, min(ctx.n_boot, 1000)), reading=ctx.reading,
+                                            rng=ctx.rng)
 
     def tables(self, cp: dict, analysis: dict) -> list[str]:
         k = len(cp["matrix"][0])
         rows = [[name] + [fmt(x, 2) for x in cp["matrix"][j]]
                 + [f"{fmt(cp['spread'][j], 2)} [{fmt(cp['spread_ci_low'][j], 2)}, "
-                   f"{fmt(cp['spread_ci_high'][j], 2)}]", fmt(cp["pvalue"][j], 4)]
+                   f"{fmt(cp['spread_ci_high'][j], 2)}]", _null(cp, j), fmt(_get(cp, "excess_spread", j), 2),
+                   fmt(cp["pvalue"][j], 4)]
                 for j, name in enumerate(analysis["table"]["criteria"])]
-        header = ["criterion"] + [f"pos {p}" for p in range(k)] + ["spread (points)", f"p ({cp['test']})"]
-        return md_table(header, rows)
+        header = ["criterion"] + [f"pos {p}" for p in range(k)] + ["spread (points)", "null spread mean [95% q]",
+                                                                   "excess", f"p ({cp['test']})"]
+        return md_table(header, rows) + ["", f"- Permutation null: {cp.get('n_perm')} within-item shuffles."]
 
     def summary(self, analysis: dict) -> list[str]:
         cp = self.results(analysis)
         if not cp:
             return []
-        return [f"{c}: spread {fmt(s, 2)} [{fmt(lo, 2)}, {fmt(hi, 2)}] points"
-                for c, s, lo, hi in zip(analysis["table"]["criteria"], cp["spread"], cp["spread_ci_low"],
-                                        cp["spread_ci_high"])]
+        return [f"{c}: spread {fmt(s, 2)} [{fmt(lo, 2)}, {fmt(hi, 2)}] points (noise alone: {_null(cp, j)})"
+                for j, (c, s, lo, hi) in enumerate(zip(analysis["table"]["criteria"], cp["spread"],
+                                                       cp["spread_ci_low"], cp["spread_ci_high"]))]
 
     def plot(self, analysis: dict, path):
         """Heatmap: each criterion's mean score at each criterion position minus its mean over positions."""

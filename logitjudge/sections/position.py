@@ -1,5 +1,6 @@
 """Position preference per criterion: the mean probability of each position, the chi-square test on the
-positions each prompt chooses (argmax), the log-linear position effect and the PriDe prior."""
+positions each prompt chooses (the answered label: greedy, or one seeded sampling run under the sampled reading),
+the log-linear position effect and the PriDe prior."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from .. import stats as st
 from ..stats._result import BALANCED, FIXED, StatsError
 from . import _plot
 from ._base import Context, Partial, Section
-from ._format import ci, fmt, md_table, pval
+from ._format import ci, fmt, md_table, pval, reading_note
 
 
 def _part(parts: dict, skipped: dict, key: str, fn, *args, **kw) -> None:
@@ -20,6 +21,23 @@ def _part(parts: dict, skipped: dict, key: str, fn, *args, **kw) -> None:
         parts[key], skipped[key] = None, str(e)
 
 
+# How a direction label reads in a sentence ("first-position bias", "a U-shaped bias towards both ends", ...).
+LABEL_PHRASES = {"first": "first-position bias", "last": "last-position bias", "middle": "middle-position bias",
+                 "edges": "U-shaped position bias (both the first and the last positions favoured)",
+                 "mixed": "position bias towards positions that are neither one end nor one block"}
+
+
+def chi_reading(reading: str) -> str:
+    """The reading of the chi-square test: it needs an answered label, so 'expected' tests the greedy answers."""
+    return "greedy" if reading == "expected" else reading
+
+
+def _counts(chi: dict) -> str:
+    favoured = chi.get("favoured") or []
+    fav = f"; favoured positions {list(favoured)}" if favoured else ""
+    return f"counts by position {[round(float(x), 2) for x in chi['counts']]} of N = {fmt(chi['n'], 0)}{fav}"
+
+
 def _criterion_verdict(name: str, chi: dict | None, reason: str | None) -> str:
     if chi is None:
         return f"{name}: position bias not tested ({reason})"
@@ -27,8 +45,9 @@ def _criterion_verdict(name: str, chi: dict | None, reason: str | None) -> str:
     lo, hi = chi.get("cramers_v_ci_low"), chi.get("cramers_v_ci_high")
     if lo is not None and lo == hi:  # every bootstrap resample alike: the items chose the same positions
         v += " (no spread: every item chose alike, so the interval has no width)"
+    v += f" ({chi['reading']} answers; {_counts(chi)})"
     if chi["label"] != "none":
-        return f"{name}: {chi['label']}-position bias, {v}"
+        return f"{name}: {LABEL_PHRASES.get(chi['label'], chi['label'] + ' position bias')}, {v}"
     if chi["pvalue"] is not None and chi["pvalue"] < chi["alpha"]:
         return f"{name}: position preference without a clear favourite (p = {chi['pvalue']:.2g}), {v}"
     return f"{name}: no significant position bias, {v}"
@@ -44,11 +63,26 @@ class Position(Section):
     CAPTION = ("Mean probability of the option shown at each position (bars, 95% bootstrap CIs over items), read "
                "from the exact label distributions; the dashed line is the uniform share 1/n. Every option "
                "visits every position in a balanced design, so a tilt here is position bias, not content. The "
-               "panel title's direction and Cramér's V come from the chi-square test on the argmax reading "
-               "(the most probable position of each prompt).")
-    NOTE = ("Mean probability: the exact label distributions. Argmax share, χ² and Cramér's V: the argmax reading "
-            "(each prompt's most probable position; exact ties split). Log-odds: the exact log-probabilities "
-            "(log-linear position-effect model).")
+               "panel title's direction and Cramér's V come from the chi-square test on the answered positions "
+               "({chi}).")
+    NOTE = ("Mean probability: the exact label distributions. Answer share, χ² and Cramér's V: {chi}. Log-odds: "
+            "the exact log-probabilities (log-linear position-effect model). Scores elsewhere use the {reading}.")
+
+    def _fill(self, text: str, analysis: dict) -> str:
+        r = chi_reading((analysis.get("settings") or {}).get("reading", "expected"))
+        chi = ("the greedy reading, each prompt's most probable position (exact ties split)" if r == "greedy" else
+               "the sampled reading, one seeded run of a judge sampling at T=1 (each prompt's answer drawn)")
+        return text.format(chi=chi, reading=reading_note(analysis))
+
+    def caption(self, analysis: dict) -> str:
+        return self._fill(self.CAPTION, analysis)
+
+    def markdown(self, analysis: dict) -> str:
+        res = self.results(analysis)
+        if not res:
+            return ""
+        head = [f"## {self.title}", "", self._fill(self.NOTE, analysis), ""]
+        return "\n".join(head + self.tables(res, analysis)).rstrip()
 
     def compute(self, ctx: Context, c: int | None = None) -> Partial:
         t, n_boot, rng = ctx.table, ctx.n_boot, ctx.rng
@@ -62,7 +96,7 @@ class Position(Section):
                                      "orderings to test position bias")
         else:
             _part(parts, skipped, "chi_square", st.position_chisquare, pbp, t.option_orders, n_boot=n_boot,
-                  rng=rng)
+                  reading=chi_reading(ctx.reading), rng=rng)
         _part(parts, skipped, "effect", st.fit_position_effect, probs, t.option_orders, n_boot=n_boot, rng=rng)
         if ctx.design == BALANCED:
             _part(parts, skipped, "pride_prior", st.pride_prior, np.log(np.maximum(pbp, 1e-12)),
@@ -90,13 +124,14 @@ class Position(Section):
                      _cell(eff, "log_odds", "log_odds_ci_low", "log_odds_ci_high", p)]
                     for p in range(analysis["table"]["n_options"])]
             lines += [f"### {name}", ""]
-            lines += md_table(["position", "mean probability", "argmax share", "log-odds vs other positions"],
+            lines += md_table(["position", "mean probability", "answer share", "log-odds vs other positions"],
                               rows)
             if chi:
-                lines += ["", f"Chi-square (argmax, {chi['design']} design): χ² = {fmt(chi['statistic'], 2)}, "
-                              f"dof = {chi['dof']}, p = {pval(chi['pvalue'])}, N = {fmt(chi['n'], 0)}; "
-                              f"Cramér's V {ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high')}; "
-                              f"label: {chi['label']}."]
+                lines += ["", f"Chi-square ({chi['reading']} answers, {chi['design']} design): "
+                              f"χ² = {fmt(chi['statistic'], 2)}, dof = {chi['dof']}, p = {pval(chi['pvalue'])}, "
+                              f"{_counts(chi)}; Cramér's V "
+                              f"{ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high')}; "
+                              f"label: {chi['label']} ({chi['label_reason']})."]
             lines.append("")
         return lines
 
@@ -106,8 +141,8 @@ class Position(Section):
             chi = pos.get("chi_square")
             if chi:
                 out.append(f"{c}: χ² = {fmt(chi['statistic'], 2)}, p = {pval(chi['pvalue'])}, Cramér's V "
-                           f"{ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high', 2)} (argmax "
-                           f"reading), direction: {chi['label']}")
+                           f"{ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high', 2)} "
+                           f"({chi['reading']} answers), direction: {chi['label']}")
         return out
 
     def plot(self, analysis: dict, path):

@@ -6,7 +6,9 @@ randomness via ``rng=``) returning a frozen result dataclass with a JSON-ready `
 """
 
 from ._result import (
+    PER_ITEM_RANDOM,
     AlignmentError,
+    ConfoundedDesignError,
     ConfoundedDesignWarning,
     DesignError,
     InsufficientDataError,
@@ -16,6 +18,7 @@ from ._result import (
     StatsError,
     canonical_index,
     detect_design,
+    has_all_orders,
     jsonable,
 )
 from .aggregation import (
@@ -43,6 +46,15 @@ from .alignment import (
 )
 from .budget import BudgetCurveResult, GainResult, budget_curve, gain_fraction
 from .criteria import CriterionPositionResult, criterion_position_effect
+from .expectation import (
+    ExpectationResult,
+    draw_random_scores,
+    pool_kind,
+    random_expectation,
+    random_expectation_ref,
+    random_item_scores,
+    random_label_shares,
+)
 from .position import (
     PositionChiSquareResult,
     PositionDistributionResult,
@@ -61,12 +73,24 @@ from .position import (
 from .ranking import (
     BestOfNResult,
     RankStabilityResult,
+    Top1ChangeResult,
+    Top1FlipResult,
     best_of_n_instability,
     kendall_tau_matrix,
+    mean_answer_distribution,
     rank_stability,
+    top1_change,
+    top1_change_sampled,
+    top1_flips,
+    win_probabilities,
 )
+from .readings import READINGS, answer_probs, check_reading, tempered
 
 __all__ = [
+    "PER_ITEM_RANDOM", "ConfoundedDesignError", "has_all_orders", "READINGS", "answer_probs", "check_reading",
+    "tempered", "ExpectationResult", "draw_random_scores", "pool_kind", "random_expectation",
+    "random_expectation_ref", "random_item_scores", "random_label_shares", "Top1ChangeResult", "Top1FlipResult",
+    "top1_change", "top1_flips", "win_probabilities", "mean_answer_distribution", "top1_change_sampled",
     "AggregateResult", "AlignmentError", "BestOfNResult", "BudgetCurveResult", "ConfoundedDesignWarning",
     "CorrelationDifferenceResult", "CorrelationResult", "CriterionPositionResult", "DebiasResult",
     "DesignError", "GainResult", "GroupedCorrelationResult", "HumanScores", "InsufficientDataError",

@@ -15,9 +15,10 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..orderings import OrderingError, is_balanced, validate
+from ..orderings import OrderingError, is_balanced, is_complete, validate
 
 BALANCED, RANDOM, FIXED = "balanced", "random", "fixed"
+PER_ITEM_RANDOM = "per-item random"  # every item has its own (random) orders: content and position unconfounded
 
 
 class StatsError(ValueError):
@@ -30,6 +31,11 @@ class ShapeError(StatsError):
 
 class DesignError(StatsError):
     """The ordering design cannot answer the question (e.g. a balanced-only statistic on random orderings)."""
+
+
+class ConfoundedDesignError(DesignError):
+    """The design confounds content with position (a FIXED order, or one random set shared by every item), so a
+    test of position preference would read a content preference as a position bias."""
 
 
 class InsufficientDataError(StatsError):
@@ -109,13 +115,14 @@ def as_float(x, name: str) -> np.ndarray:
         raise StatsError(f"{name} must be numbers ({e})") from None
 
 
-def as_orders(orders, name: str = "option_orders") -> np.ndarray:
-    """``orders`` validated as a (K, n) set of permutations; a bad one is a StatsError naming the argument."""
+def as_orders(orders, name: str = "option_orders", *, per_item: bool = False) -> np.ndarray:
+    """``orders`` validated as a (K, n) set of permutations (or with ``per_item=True`` also per item, (I, K, n));
+    a bad one is a StatsError naming the argument."""
     try:
-        a = validate(orders)
+        a = validate(orders, per_item=per_item)
     except (OrderingError, TypeError, ValueError) as e:
         raise StatsError(f"{name}: {e}") from None
-    if a.shape[1] == 0:
+    if a.shape[-1] == 0:
         raise ShapeError(f"{name} has no options (shape {a.shape}); each row must order at least one option")
     return a
 
@@ -140,11 +147,17 @@ def check_distributions(p: np.ndarray, name: str, atol: float = 1e-6) -> None:
                          "pass the renormalised ScoreTable.probs, not raw label probabilities")
 
 
-def check_orders(option_orders, n_orderings: int, n_options: int, name: str = "option_orders") -> np.ndarray:
-    a = as_orders(option_orders, name)
-    if a.shape != (n_orderings, n_options):
-        raise ShapeError(f"{name} has shape {a.shape}, expected ({n_orderings}, {n_options}) to match the "
-                         "orderings and options of the probabilities")
+def check_orders(option_orders, n_orderings: int, n_options: int, name: str = "option_orders", *,
+                 n_items: int | None = None) -> np.ndarray:
+    """Validated orders: (K, n), or per item (I, K, n) when ``n_items`` is given (a function that accepts
+    per-item orders passes it)."""
+    a = as_orders(option_orders, name, per_item=n_items is not None)
+    want = (n_items, n_orderings, n_options) if a.ndim == 3 else (n_orderings, n_options)
+    if a.shape != want:
+        expect = f"({n_orderings}, {n_options})" + ("" if n_items is None else
+                                                    f" or per item ({n_items}, {n_orderings}, {n_options})")
+        raise ShapeError(f"{name} has shape {a.shape}, expected {expect} to match the items, orderings and "
+                         "options of the probabilities")
     return a
 
 
@@ -155,22 +168,46 @@ def need_items(n: int, minimum: int, what: str) -> None:
 
 
 # ---- designs -----------------------------------------------------------------------------------------------
+def _shared(a: np.ndarray) -> np.ndarray:
+    """Per-item orders that are the same for every item, as one shared (K, n) set (else unchanged)."""
+    return a[0] if a.ndim == 3 and np.all(a == a[:1]) else a
+
+
 def detect_design(option_orders) -> str:
-    """'balanced' when every option is at every position equally often (``is_balanced``), 'fixed' when every
-    row is the same order, else 'random'. With a single option there are no positions: 'fixed'."""
-    a = as_orders(option_orders)
-    if a.shape[1] > 1 and is_balanced(a):
+    """'balanced' when every option is at every position equally often (``is_balanced``; within every item for
+    per-item orders; all n! orders included), 'fixed' when every row is the same order, 'per-item random' when
+    items have different (not balanced) ordering sets, else 'random' (one unbalanced set shared by every
+    item). With a single option there are no positions: 'fixed'."""
+    a = _shared(as_orders(option_orders, per_item=True))
+    if a.shape[-1] > 1 and is_balanced(a):
         return BALANCED
+    if a.ndim == 3:
+        return PER_ITEM_RANDOM
     if np.all(a == a[0]):
         return FIXED
     return RANDOM
 
 
+def has_all_orders(option_orders) -> bool:
+    """True when every item's orders are all n! permutations, each equally often (``orderings.is_complete``):
+    a uniform draw among them is the study's uniformly random order."""
+    return is_complete(as_orders(option_orders, per_item=True))
+
+
 def canonical_index(option_orders) -> int:
-    """The canonical ordering: the identity row when present, else row 0."""
-    a = as_orders(option_orders)
-    ident = np.flatnonzero(np.all(a == np.arange(a.shape[1]), axis=1))
-    return int(ident[0]) if ident.size else 0
+    """The canonical ordering: the identity row when present (for per-item orders: at the same row of every
+    item), else row 0 (shared orders only; per-item orders without a common identity row are refused)."""
+    a = _shared(as_orders(option_orders, per_item=True))
+    ident = np.all(a == np.arange(a.shape[-1]), axis=-1)  # [..., K]
+    if a.ndim == 2:
+        hits = np.flatnonzero(ident)
+        return int(hits[0]) if hits.size else 0
+    common = np.flatnonzero(ident.all(axis=0))
+    if not common.size:
+        raise DesignError("these per-item orders have no canonical ordering (the identity at the same row for "
+                          "every item); score with balanced+random:R, which starts every item with the "
+                          "balanced rows, or pass the canonical row explicitly")
+    return int(common[0])
 
 
 # ---- bootstrap ---------------------------------------------------------------------------------------------

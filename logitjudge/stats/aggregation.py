@@ -1,22 +1,24 @@
 """Per-item scores from an ordering strategy and a budget of K prompts, and PriDe debiasing.
 
 Arrays (one criterion): ``probs[item, ordering, option]`` canonical, ``values[option]``,
-``option_orders[ordering, position]``.
+``option_orders[ordering, position]`` (or per item ``[item, ordering, position]``).
 
 Strategies (the K prompts of each item):
 
 * ``fixed``: the canonical ordering (identity row when present, else row 0) K times. With exact
   distributions the 'expected' and 'argmax' readings are identical across repeats; 'draw' readings differ.
-* ``random``: K orderings drawn uniformly *with replacement* from the table's orderings, independently per
-  item (repeats possible, like the study's RANDOM).
+* ``random``: K orderings drawn uniformly *with replacement* from the item's orderings, independently per
+  item (repeats possible, like the study's RANDOM). This is one draw; the study's RANDOM figure is the
+  expectation over draws: :mod:`logitjudge.stats.expectation`.
 * ``balanced``: K consecutive orderings of :func:`balanced_sequence` (positions ``offset .. offset+K-1``,
   wrapping); K = all rows by default. For ``orderings.balanced(n)`` the sequence is the table's row order
   (the forward rotations, then the reversed ones); when option orders repeat (criterion orders crossed with
   option orders) it visits every distinct option order before repeating one, so that the first 2n prompts
   are a balanced set. Requires the table's orderings to be balanced.
 
-Readings of one prompt: 'expected' (probability-weighted score, G-Eval), 'argmax' (score of the most probable
-option; ties go to the lowest canonical option), 'draw' (one option drawn with ``rng``: a sampling judge).
+Readings of one prompt (:mod:`logitjudge.stats.readings`): 'greedy' (the argmax label; 'argmax' is its old
+name), 'sampled' (the exact expected value of a tempered draw), 'expected' (probability-weighted score), and
+'draw' (one answer drawn with ``rng``: one realisation of a sampling judge).
 Modes: 'scores' averages the K readings; 'probs' averages the K canonical distributions, then reads once.
 """
 
@@ -33,6 +35,7 @@ from ._result import (
     Result,
     ShapeError,
     StatsError,
+    _shared,
     as_array,
     as_float,
     as_orders,
@@ -44,43 +47,32 @@ from ._result import (
     detect_design,
 )
 from .position import pride_prior, probs_by_position, probs_from_positions
+from .readings import check_reading, read_scores
 
 STRATEGIES = ("fixed", "random", "balanced")
-READINGS = ("expected", "argmax", "draw")
+READINGS = ("greedy", "sampled", "expected", "draw")
 MODES = ("scores", "probs")
 
 
-def _inputs(probs, values, option_orders):
+def _inputs(probs, values, option_orders, *, per_item: bool = True):
     p = as_array(probs, "probs", 3, "[items, orderings, options]")
     check_distributions(p, "probs")
     v = as_float(values, "values")
     if v.shape != (p.shape[2],):
         raise ShapeError(f"values has shape {v.shape}, expected ({p.shape[2]},) (one value per option)")
-    return p, v, check_orders(option_orders, p.shape[1], p.shape[2])
-
-
-def read_scores(probs, values, *, reading: str = "expected", rng=None) -> np.ndarray:
-    """Score of each distribution ``probs[..., option]`` under a reading -> ``[...]``."""
-    check_choice("reading", reading, READINGS)
-    p, v = as_float(probs, "probs"), as_float(values, "values")
-    if p.ndim < 1 or v.shape != p.shape[-1:]:
-        raise ShapeError(f"values has shape {v.shape}, expected ({p.shape[-1:]}) (one value per option)")
-    if reading == "expected":
-        return p @ v
-    if reading == "argmax":
-        return v[np.argmax(p, axis=-1)]
-    u = as_rng(rng).random(p.shape[:-1] + (1,))
-    return v[np.minimum((u > np.cumsum(p, axis=-1)).sum(axis=-1), p.shape[-1] - 1)]
+    return p, v, check_orders(option_orders, p.shape[1], p.shape[2], n_items=p.shape[0] if per_item else None)
 
 
 def select_orderings(option_orders, n_items: int, *, strategy: str, k: int | None = None, offset: int = 0,
                      rng=None) -> np.ndarray:
     """``[items, K]`` indices of the orderings each item is scored under (see the module doc)."""
     check_choice("strategy", strategy, STRATEGIES)
-    orders = as_orders(option_orders)
-    n_ord = len(orders)
+    orders = _shared(as_orders(option_orders, per_item=True))
+    n_ord = orders.shape[-2]
     if int(n_items) != n_items or n_items < 0:
         raise StatsError(f"n_items must be a non-negative integer, got {n_items!r}")
+    if orders.ndim == 3 and len(orders) != n_items:
+        raise ShapeError(f"per-item option_orders have {len(orders)} items, but n_items={n_items}")
     if k is None:
         k = 1 if strategy == "fixed" else n_ord
     if int(k) != k or k < 1:
@@ -90,10 +82,11 @@ def select_orderings(option_orders, n_items: int, *, strategy: str, k: int | Non
         return np.full((n_items, k), canonical_index(orders))
     if strategy == "random":
         return as_rng(rng).integers(0, n_ord, size=(n_items, k))
-    if detect_design(orders) != BALANCED:
-        raise DesignError("strategy='balanced' needs balanced orderings (every option at every position "
-                          "equally often); these are not - use strategy='random' or score with "
-                          "orderings.balanced(n)")
+    if detect_design(orders) != BALANCED or orders.ndim == 3:
+        raise DesignError("strategy='balanced' needs one balanced ordering set shared by every item (every "
+                          "option at every position equally often); these are not - use strategy='random', "
+                          "score with orderings.balanced(n), or select the balanced rows of a "
+                          "balanced+random table (ScoreTable.select_orderings)")
     if k > n_ord:
         raise StatsError(f"balanced budget k={k} exceeds the {n_ord} orderings in the table")
     rows = balanced_sequence(orders)[(offset + np.arange(k)) % n_ord]
@@ -117,7 +110,9 @@ def balanced_sequence(option_orders) -> np.ndarray:
 
 @dataclass(frozen=True)
 class AggregateResult(Result):
-    """``scores[item]`` aggregated over ``orderings[item, K]`` (indices into the table's orderings)."""
+    """``scores[item]`` aggregated over ``orderings[item, K]`` (indices into the table's orderings) under
+    ``reading`` (at ``temperature`` for 'sampled'/'draw'; under 'sampled' a score is the exact expectation of
+    the mean of the K sampled answers)."""
 
     scores: np.ndarray
     orderings: np.ndarray
@@ -125,23 +120,25 @@ class AggregateResult(Result):
     reading: str
     mode: str
     k: int
+    temperature: float = 1.0
 
 
 def aggregate_scores(probs, values, option_orders, *, strategy: str = "balanced", k: int | None = None,
-                     reading: str = "expected", mode: str = "scores", offset: int = 0, rng=None
-                     ) -> AggregateResult:
+                     reading: str = "expected", temperature: float = 1.0, mode: str = "scores",
+                     offset: int = 0, rng=None) -> AggregateResult:
     """Per-item score from K prompts chosen by ``strategy`` (mean of readings, or reading of the mean)."""
     p, v, orders = _inputs(probs, values, option_orders)
     check_choice("mode", mode, MODES)
-    check_choice("reading", reading, READINGS)
+    reading = check_reading(reading, allow_draw=True)
     rng = as_rng(rng)
     idx = select_orderings(orders, p.shape[0], strategy=strategy, k=k, offset=offset, rng=rng)
     chosen = np.take_along_axis(p, idx[:, :, None], axis=1)  # [items, K, options]
+    kw = dict(reading=reading, temperature=temperature, rng=rng)
     if mode == "scores":
-        scores = read_scores(chosen, v, reading=reading, rng=rng).mean(axis=1)
+        scores = read_scores(chosen, v, **kw).mean(axis=1)
     else:
-        scores = read_scores(chosen.mean(axis=1), v, reading=reading, rng=rng)
-    return AggregateResult(scores, idx, strategy, reading, mode, idx.shape[1])
+        scores = read_scores(chosen.mean(axis=1), v, **kw)
+    return AggregateResult(scores, idx, strategy, reading, mode, idx.shape[1], float(temperature))
 
 
 # ---- PriDe debiasing ---------------------------------------------------------------------------------------
@@ -188,8 +185,8 @@ def pride_debias(probs, values, option_orders, *, estimation_fraction: float = 0
     least one item on each side). ``ordering`` defaults to the canonical row. The table's orderings must be
     balanced.
     """
-    p, v, orders = _inputs(probs, values, option_orders)
-    check_choice("reading", reading, READINGS)
+    p, v, orders = _inputs(probs, values, option_orders, per_item=False)
+    reading = check_reading(reading, allow_draw=True)
     rng = as_rng(rng)
     n_items = p.shape[0]
     if n_items < 2:

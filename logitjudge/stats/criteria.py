@@ -26,6 +26,7 @@ from ._result import (
     need_items,
     percentile_ci,
 )
+from .readings import check_reading
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,12 @@ class CriterionPositionResult(Result):
     ``test`` ('friedman': ``scipy.stats.friedmanchisquare`` on item x position means, needs >= 3 positions;
     'permutation': the spread under within-item permutations of the orderings). Undefined tests are NaN and
     listed in ``notes``.
+
+    Max - min over a few noisy item means is biased upward: even a judge whose scores ignore the criterion order
+    shows a positive spread. ``null_spread_mean`` / ``null_spread_high`` (its ``confidence`` quantile) are the
+    spread of the same data with the orderings shuffled within every item (``n_perm`` shuffles): the spread that
+    noise alone produces. ``excess_spread = spread - null_spread_mean`` is the part to read as an effect, and a
+    spread below ``null_spread_high`` is within noise.
     """
 
     matrix: np.ndarray
@@ -51,6 +58,11 @@ class CriterionPositionResult(Result):
     n_orderings: int
     confidence_level: float
     notes: tuple[str, ...]
+    null_spread_mean: np.ndarray | None = None
+    null_spread_high: np.ndarray | None = None
+    excess_spread: np.ndarray | None = None
+    n_perm: int = 0
+    reading: str = "expected"
 
 
 def _item_position_means(scores: np.ndarray, onehot: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -67,14 +79,15 @@ def _spread(matrix: np.ndarray, observed: np.ndarray) -> np.ndarray:
 
 
 def criterion_position_effect(scores, criterion_orders, *, test: str = "auto", n_perm: int = 1000,
-                              n_boot: int = 1000, confidence: float = 0.95, rng=None
+                              reading: str = "expected", n_boot: int = 1000, confidence: float = 0.95, rng=None
                               ) -> CriterionPositionResult:
     """Criterion x position mean-score matrix, per-criterion spread with CIs, and a within-item test.
 
     ``test='auto'`` uses Friedman when every criterion is seen at >= 3 positions, else the permutation test.
     The permutation test shuffles, independently within each item, which ordering each prompt's scores belong
     to; its null is that scores do not depend on the ordering at all (including option order, if that varies
-    too). p-values are ``(1 + #{perm >= observed}) / (1 + n_perm)``.
+    too). p-values are ``(1 + #{perm >= observed}) / (1 + n_perm)``. ``reading`` names how ``scores`` were
+    read (recorded in the result).
     """
     s = as_array(scores, "scores", 3, "[items, criteria, orderings]")
     if not np.all(np.isfinite(s)):
@@ -121,14 +134,25 @@ def criterion_position_effect(scores, criterion_orders, *, test: str = "auto", n
             else:
                 res = sps.friedmanchisquare(*cols.T)
                 stat[j], pval[j] = res.statistic, res.pvalue
-    else:
-        valid = n_seen >= 2
+    valid = n_seen >= 2
+    null = _null_spreads(s, onehot, counts, observed, int(n_perm), rng)  # [n_perm, criteria]
+    if test == "permutation":
         stat = np.where(valid, spread, np.nan)
-        exceed = np.zeros(c)
-        for _ in range(int(n_perm)):
-            perm = np.argsort(rng.random((i, k)), axis=1)  # an independent shuffle of the orderings per item
-            sp = np.take_along_axis(s, perm[:, None, :], axis=2)
-            perm_spread = _spread(_item_position_means(sp, onehot, counts).mean(axis=0), observed)
-            exceed += perm_spread >= spread - 1e-12  # tolerance: ties with the observed value count
+        exceed = (null >= spread - 1e-12).sum(axis=0)  # tolerance: ties with the observed value count
         pval = np.where(valid, (1 + exceed) / (1 + n_perm), np.nan)
-    return CriterionPositionResult(matrix, spread, lo, hi, stat, pval, test, i, k, confidence, tuple(notes))
+    null_mean = np.where(valid, null.mean(axis=0), np.nan)
+    null_high = np.where(valid, np.quantile(null, confidence, axis=0), np.nan)
+    return CriterionPositionResult(matrix, spread, lo, hi, stat, pval, test, i, k, confidence, tuple(notes),
+                                   null_mean, null_high, spread - null_mean, int(n_perm),
+                                   check_reading(reading))
+
+
+def _null_spreads(s, onehot, counts, observed, n_perm: int, rng) -> np.ndarray:
+    """[n_perm, criteria] spreads with the orderings shuffled independently within every item."""
+    i, _, k = s.shape
+    out = np.empty((n_perm, s.shape[1]))
+    for b in range(n_perm):
+        perm = np.argsort(rng.random((i, k)), axis=1)
+        sp = np.take_along_axis(s, perm[:, None, :], axis=2)
+        out[b] = _spread(_item_position_means(sp, onehot, counts).mean(axis=0), observed)
+    return out

@@ -3,11 +3,13 @@
 Arrays (one criterion at a time):
 
 * ``probs[item, ordering, option]`` - canonical option order, rows sum to 1 (``ScoreTable.probs[:, c]``);
-* ``option_orders[ordering, position]`` - canonical option shown at each position;
+* ``option_orders[ordering, position]`` - canonical option shown at each position (or per item
+  ``[item, ordering, position]``);
 * ``pbp[item, ordering, position]`` - ``probs_by_position(probs, option_orders)``.
 
-Designs are detected from ``option_orders``: *balanced* (``is_balanced``: every option equally often at every
-position), *fixed* (every row identical), else *random*.
+Designs are detected from ``option_orders`` (``detect_design``): *balanced* (every option equally often at
+every position, for every item; all n! orders included), *per-item random* (every item its own random orders),
+*random* (one unbalanced set shared by every item: content and position confounded) and *fixed*.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from ..orderings import inverse
 from ._result import (
     BALANCED,
     FIXED,
+    PER_ITEM_RANDOM,
     RANDOM,
+    ConfoundedDesignError,
     ConfoundedDesignWarning,
     DesignError,
-    RandomDesignWarning,
+    InsufficientDataError,
     Result,
     ShapeError,
     StatsError,
@@ -44,8 +48,9 @@ from ._result import (
     percentile_ci,
     softmax,
 )
+from .readings import check_reading, draw_answers, tempered
 
-LABELS = ("first", "last", "middle", "none")
+LABELS = ("first", "last", "edges", "middle", "mixed", "none")
 
 
 def probs_by_position(probs, option_orders) -> np.ndarray:
@@ -56,8 +61,19 @@ def probs_by_position(probs, option_orders) -> np.ndarray:
     p = as_float(probs, "probs")
     if p.ndim < 2:
         raise ShapeError(f"probs must be at least 2-D [..., orderings, options], got shape {p.shape}")
-    o = check_orders(option_orders, p.shape[-2], p.shape[-1])
+    o = _broadcast_orders(option_orders, p)
     return np.take_along_axis(p, np.broadcast_to(o, p.shape), axis=-1)
+
+
+def _broadcast_orders(option_orders, p: np.ndarray, invert: bool = False) -> np.ndarray:
+    """Orders (or their inverse) shaped to broadcast against ``p[..., ordering, option]``; per-item orders
+    ``[item, K, n]`` align with ``p``'s first axis (items)."""
+    o = check_orders(option_orders, p.shape[-2], p.shape[-1], n_items=p.shape[0] if p.ndim >= 3 else None)
+    if invert:
+        o = inverse(o)
+    if o.ndim == 3:
+        o = o.reshape(o.shape[:1] + (1,) * (p.ndim - 3) + o.shape[1:])
+    return o
 
 
 def probs_from_positions(pbp, option_orders) -> np.ndarray:
@@ -65,8 +81,8 @@ def probs_from_positions(pbp, option_orders) -> np.ndarray:
     p = as_float(pbp, "pbp")
     if p.ndim < 2:
         raise ShapeError(f"pbp must be at least 2-D [..., orderings, positions], got shape {p.shape}")
-    o = check_orders(option_orders, p.shape[-2], p.shape[-1])
-    return np.take_along_axis(p, np.broadcast_to(inverse(o), p.shape), axis=-1)
+    o = _broadcast_orders(option_orders, p, invert=True)
+    return np.take_along_axis(p, np.broadcast_to(o, p.shape), axis=-1)
 
 
 def _pbp(pbp, name="pbp") -> np.ndarray:
@@ -80,7 +96,9 @@ def _pbp(pbp, name="pbp") -> np.ndarray:
 # ---- mean positional distribution --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PositionDistributionResult(Result):
-    """Exact mean probability of each position over items and orderings, with bootstrap CIs over items."""
+    """Exact mean share of each position over items and orderings, with bootstrap CIs over items: the
+    probability mass ('expected'), the share of prompts whose argmax is there ('greedy', ties split) or the
+    expected share of a judge sampling at ``temperature`` ('sampled'; at T=1 the probability mass)."""
 
     distribution: np.ndarray
     ci_low: np.ndarray
@@ -89,13 +107,21 @@ class PositionDistributionResult(Result):
     n_items: int
     n_orderings: int
     confidence_level: float
+    reading: str = "expected"
+    temperature: float = 1.0
 
 
-def position_distribution(pbp, *, n_boot: int = 1000, confidence: float = 0.95, rng=None
-                          ) -> PositionDistributionResult:
-    """Mean of ``pbp`` over items and orderings (descriptive: a FIXED design mixes content and position)."""
+def position_distribution(pbp, *, reading: str = "expected", temperature: float = 1.0, n_boot: int = 1000,
+                          confidence: float = 0.95, rng=None) -> PositionDistributionResult:
+    """Mean of each prompt's position shares under ``reading`` over items and orderings (descriptive: a FIXED
+    design mixes content and position)."""
     a = _pbp(pbp)
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
+    reading = check_reading(reading)
+    if reading == "greedy":
+        a = chosen_positions(a)
+    elif reading == "sampled":
+        a = tempered(a, temperature)
     per_item = a.mean(axis=1)
     dist = per_item.mean(axis=0)
     if n_boot:
@@ -103,7 +129,8 @@ def position_distribution(pbp, *, n_boot: int = 1000, confidence: float = 0.95, 
         lo, hi = percentile_ci(mean_over_units(per_item, n_boot, rng), confidence)
     else:
         lo = hi = np.full_like(dist, np.nan)
-    return PositionDistributionResult(dist, lo, hi, 1.0 / a.shape[2], a.shape[0], a.shape[1], confidence)
+    return PositionDistributionResult(dist, lo, hi, 1.0 / a.shape[2], a.shape[0], a.shape[1], confidence,
+                                      reading, float(temperature))
 
 
 # ---- chi-square goodness of fit on chosen positions --------------------------------------------------------
@@ -111,8 +138,13 @@ def position_distribution(pbp, *, n_boot: int = 1000, confidence: float = 0.95, 
 class PositionChiSquareResult(Result):
     """Chi-square goodness of fit of the chosen positions against uniform, Cramér's V and a direction label.
 
-    ``label`` is 'first' / 'last' / 'middle' for the position with the largest share when the test rejects at
-    ``alpha`` and that share's CI lies above ``1/n``; otherwise 'none' (``label_reason`` says why).
+    ``counts[position]``: how many prompts chose each position (``reading`` 'greedy': the argmax, ties split;
+    'sampled': one seeded run of a judge sampling at ``temperature``); ``expected_shares``: the exact
+    expected share of each position under the reading (for 'sampled' the mean tempered probability, which the
+    shares of a sampling run scatter around). ``favoured``: the positions whose share's bootstrap CI lies above
+    1/n (without a bootstrap: above 1/n and tied with the largest share). ``label``
+    (see :func:`position_label`) is 'first' / 'last' / 'edges' / 'middle' / 'mixed' when the test rejects at
+    ``alpha`` and some position is favoured, else 'none'; ``label_reason`` says why and quotes the counts.
     """
 
     statistic: float
@@ -133,6 +165,9 @@ class PositionChiSquareResult(Result):
     reading: str
     alpha: float
     confidence_level: float
+    expected_shares: np.ndarray | None = None
+    favoured: tuple[int, ...] = ()
+    temperature: float = 1.0
 
 
 def cramers_v_gof(chi2, n, k):
@@ -143,21 +178,23 @@ def cramers_v_gof(chi2, n, k):
     return np.sqrt(chi2 / (n * (k - 1)))
 
 
-def chosen_positions(pbp, *, reading: str = "argmax", rng=None, tol: float = 1e-12) -> np.ndarray:
+def chosen_positions(pbp, *, reading: str = "greedy", temperature: float = 1.0, rng=None,
+                     tol: float = 1e-12) -> np.ndarray:
     """``[items, orderings, positions]`` weights of the position each prompt chooses (each prompt sums to 1).
 
-    'argmax': the most probable position; exact ties split the prompt equally between the tied positions (a
-    first-index tie-break would itself favour position 0). 'draw': one position drawn from the exact
-    distribution with ``rng`` (a sampling judge).
+    'greedy' ('argmax'): the most probable position; exact ties split the prompt equally between the tied
+    positions (a first-index tie-break would itself favour position 0). 'sampled' ('draw'): one position drawn
+    from the tempered distribution with ``rng`` (one run of a sampling judge).
     """
     a = _pbp(pbp)
-    check_choice("reading", reading, ("argmax", "draw"))
-    if reading == "argmax":
+    reading = check_reading(reading, allow_draw=True)
+    if reading == "greedy":
         top = (a >= a.max(axis=2, keepdims=True) - tol).astype(np.float64)
         return top / top.sum(axis=2, keepdims=True)
-    u = as_rng(rng).random(a.shape[:2] + (1,))
-    pos = np.minimum((u > np.cumsum(a, axis=2)).sum(axis=2), a.shape[2] - 1)
-    return np.eye(a.shape[2])[pos]
+    if reading == "expected":
+        raise StatsError("chosen positions need an answered label: reading='greedy' or 'sampled' (the "
+                         "probability mass by position is position_distribution)")
+    return np.eye(a.shape[2])[draw_answers(tempered(a, temperature), rng)]
 
 
 def _check_design(design: str, allow_confounded: bool, what: str) -> None:
@@ -169,48 +206,117 @@ def _check_design(design: str, allow_confounded: bool, what: str) -> None:
         warnings.warn(f"{what} on a FIXED design: position is confounded with content",
                       ConfoundedDesignWarning, stacklevel=3)
     elif design == RANDOM:
-        warnings.warn(f"{what} on a RANDOM design: valid in expectation, but content x position confounding "
-                      "adds variance; balanced orderings give an exact null", RandomDesignWarning,
-                      stacklevel=3)
+        if not allow_confounded:
+            raise ConfoundedDesignError(
+                f"{what}: the random orders are shared by every item, so content and position are confounded "
+                "(a judge that always picks the same option is mapped onto the positions those few orders put "
+                "it at, and reads as a position bias); score with per-item random orders (random:K), balanced "
+                "or all orders, or pass allow_confounded=True to compute it anyway")
+        warnings.warn(f"{what} on a shared random design: content and position are confounded",
+                      ConfoundedDesignWarning, stacklevel=3)
 
 
-def position_label(shares, ci_low, pvalue: float, alpha: float) -> tuple[str, str]:
-    """Direction label from the shares, their CI lower bounds and the test's p-value (see the result doc)."""
+def _favoured(counts, ci_low, alpha: float) -> np.ndarray:
+    """Positions favoured by the judge. With bootstrap CIs: those whose share's CI lies above 1/n. Without:
+    those whose share is above 1/n and not significantly below the largest share (two-sided z-test at
+    ``alpha`` on the difference of two multinomial counts), so that positions tied at the top stay together
+    (a U-shape is both ends, not the first of them)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.size
+    low = np.asarray(ci_low, dtype=np.float64)
+    if np.all(np.isfinite(low)):
+        return low > 1.0 / n
+    total = counts.sum()
+    top = counts.max()
+    p_top, p = top / total, counts / total
+    sd = np.sqrt(np.maximum(total * (p_top + p - (p_top - p) ** 2), 1e-300))
+    tied_with_top = (top - counts) / sd < sps.norm.ppf(1.0 - alpha / 2)
+    return tied_with_top & (p > 1.0 / n)
+
+
+def _shape_label(fav: np.ndarray) -> str:
+    """'first' (a block starting at position 0), 'last' (a block ending at n-1), 'edges' (both ends), 'middle'
+    (a contiguous interior block), 'mixed' (anything else)."""
+    n = fav.size
+    pos = np.flatnonzero(fav)
+    if fav[0] and fav[-1]:
+        return "edges"
+    contiguous = pos.size and np.all(np.diff(pos) == 1)
+    if fav[0] and contiguous:
+        return "first"
+    if fav[-1] and contiguous:
+        return "last"
+    if contiguous and 0 < pos[0] and pos[-1] < n - 1:
+        return "middle"
+    return "mixed"
+
+
+def position_label(shares, ci_low, pvalue: float, alpha: float, *, counts=None) -> tuple[str, str]:
+    """Direction label from the shares, their CI lower bounds and the test's p-value.
+
+    'none' unless the test rejects at ``alpha`` and some position is favoured (see ``_favoured``: the share's CI
+    lies above 1/n, or without CIs the share is above 1/n and tied with the largest one given ``counts``). The
+    favoured set is then 'first' (a block from position 0), 'last' (a block ending at the last position),
+    'edges' (both ends favoured: a U-shape), 'middle' (an interior block) or 'mixed'. The reason quotes the
+    counts the verdict rests on.
+    """
     shares = as_float(shares, "shares")
     n = shares.size
-    if n < 2 or not isinstance(pvalue, (int, float, np.number)):
+    if shares.ndim != 1 or n < 2 or not isinstance(pvalue, (int, float, np.number)):
         raise StatsError(f"position_label needs >= 2 shares and a numeric p-value, got {n} and {pvalue!r}")
+    cnt = shares if counts is None else as_float(counts, "counts")
+    if cnt.shape != shares.shape:
+        raise ShapeError(f"counts has shape {cnt.shape}, expected {shares.shape} (one per position)")
+    low = as_float(ci_low, "ci_low")
+    if low.shape != shares.shape:
+        raise ShapeError(f"ci_low has shape {low.shape}, expected {shares.shape} (one per position)")
+    quote = f"; counts by position {np.round(cnt, 2).tolist()}" if counts is not None else ""
     if not pvalue < alpha:
-        return "none", f"not significant (p = {pvalue:.3g} >= alpha = {alpha})"
-    top = int(np.argmax(shares))
-    low = float(np.asarray(ci_low)[top])
-    if np.isfinite(low) and not low > 1.0 / n:
-        return "none", (f"significant, but the CI of the largest share (position {top}) does not lie above "
-                        f"1/{n}")
-    where = "first" if top == 0 else "last" if top == n - 1 else "middle"
-    return where, f"position {top} has the largest share" + ("" if np.isfinite(low) else " (no bootstrap CI)")
+        return "none", f"not significant (p = {pvalue:.3g} >= alpha = {alpha}){quote}"
+    low = np.asarray(ci_low, dtype=np.float64)
+    has_ci = bool(np.all(np.isfinite(low)))
+    if not has_ci and counts is None:  # no CI and no counts: the largest share(s), tied ones together
+        fav = (shares >= shares.max()) & (shares > 1.0 / n)
+    else:
+        fav = _favoured(cnt, low, alpha)
+    if not fav.any():
+        return "none", (f"significant, but no position's share lies above 1/{n}"
+                        + (" (CI lower bounds)" if has_ci else "") + quote)
+    label = _shape_label(fav)
+    how = "a share whose CI lies above" if has_ci else "the largest share (or one tied with it), above"
+    return label, f"positions {np.flatnonzero(fav).tolist()} have {how} 1/{n}{quote}"
 
 
-def position_chisquare(pbp, option_orders, *, reading: str = "argmax", alpha: float = 0.05,
-                       n_boot: int = 1000, confidence: float = 0.95, rng=None, allow_confounded: bool = False
-                       ) -> PositionChiSquareResult:
+def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperature: float = 1.0,
+                       alpha: float = 0.05, n_boot: int = 1000, confidence: float = 0.95, rng=None,
+                       allow_confounded: bool = False) -> PositionChiSquareResult:
     """Chi-square test (``scipy.stats.chisquare``) that the chosen positions are uniform.
 
-    Balanced design: a judge without position preference chooses every position equally often, so the test is
-    valid (and conservative, because items' distributions differ: counts are less variable than multinomial).
-    Random design: valid in expectation, but content x position confounding adds variance (warns).
-    Fixed design: position is confounded with content; refused unless ``allow_confounded=True`` (then warns).
+    Valid designs only. Balanced (every option at every position equally often for every item; all n!
+    orders included): a judge without position preference chooses every position equally often, so the test is
+    valid (and conservative: counts are less variable than multinomial). Per-item random orders: each prompt's
+    chosen position is then uniform and independent under the null, so the counts are multinomial; the
+    chi-square approximation needs an expected count of at least 5 per position (InsufficientDataError
+    otherwise). A random set shared by every item confounds content and position (ConfoundedDesignError), as
+    does a FIXED design (DesignError); ``allow_confounded=True`` computes them anyway with a warning.
     Cramér's V and the position shares get percentile bootstrap CIs over items (``n_boot=0`` skips them).
     """
     a = _pbp(pbp)
-    orders = check_orders(option_orders, a.shape[1], a.shape[2])
+    orders = check_orders(option_orders, a.shape[1], a.shape[2], n_items=a.shape[0])
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
+    reading = check_reading(reading, allow_draw=True)
     rng = as_rng(rng)
     design = detect_design(orders)
     _check_design(design, allow_confounded, "position chi-square")
-    per_item = chosen_positions(a, reading=reading, rng=rng).sum(axis=1)  # [items, positions]
+    k = a.shape[2]
+    if design == PER_ITEM_RANDOM and a.shape[0] * a.shape[1] < 5 * k:
+        raise InsufficientDataError(f"position chi-square on per-item random orders needs an expected count of "
+                                    f"at least 5 per position ({5 * k} prompts); the table has "
+                                    f"{a.shape[0] * a.shape[1]}: score more items or more orders per item")
+    per_item = chosen_positions(a, reading=reading, temperature=temperature, rng=rng).sum(axis=1)
+    exp_share = (chosen_positions(a) if reading == "greedy" else tempered(a, temperature)).mean(axis=(0, 1))
     counts = per_item.sum(axis=0)
-    n_total, k = float(counts.sum()), a.shape[2]
+    n_total = float(counts.sum())
     test = sps.chisquare(counts)
     chi2, p = float(test.statistic), float(test.pvalue)
     v = float(cramers_v_gof(chi2, n_total, k))
@@ -225,9 +331,11 @@ def position_chisquare(pbp, option_orders, *, reading: str = "argmax", alpha: fl
     else:
         v_lo = v_hi = float("nan")
         s_lo = s_hi = np.full(k, np.nan)
-    label, why = position_label(share, s_lo, p, alpha)
+    label, why = position_label(share, s_lo, p, alpha, counts=counts)
+    fav = tuple(int(j) for j in np.flatnonzero(_favoured(counts, s_lo, alpha))) if label != "none" else ()
     return PositionChiSquareResult(chi2, p, k - 1, n_total, counts, np.full(k, n_total / k), share, s_lo,
-                                   s_hi, v, v_lo, v_hi, label, why, design, reading, float(alpha), confidence)
+                                   s_hi, v, v_lo, v_hi, label, why, design, reading, float(alpha), confidence,
+                                   exp_share, fav, float(temperature))
 
 
 # ---- log-linear position-effect model ----------------------------------------------------------------------
@@ -276,28 +384,49 @@ def fit_position_effect(probs, option_orders, *, n_boot: int = 1000, confidence:
     data, so it is the mean of per-item fits and the bootstrap over items is one matrix product. On a balanced
     design it equals the centred mean log-probability at each position (:func:`pride_prior`'s closed form).
     Probabilities are floored at ``floor`` before the log. A FIXED design is not identifiable (DesignError).
+    Per-item orders ``[items, orderings, positions]``: one least-squares fit pooled over the items' own designs
+    (the bootstrap refits it on each resample).
     """
     p = as_array(probs, "probs", 3, "[items, orderings, options]")
     check_distributions(p, "probs")
     i, k, n = p.shape
     if n < 2:
         raise ShapeError("the position-effect model needs at least 2 options")
-    orders = check_orders(option_orders, k, n)
+    orders = check_orders(option_orders, k, n, n_items=i)
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
-    x = _position_design(orders)
-    if np.linalg.matrix_rank(x) < n - 1:
-        raise DesignError("position bias is not identifiable from these orderings (a FIXED design, or too "
-                          "little variation in where each option is shown); score under balanced or random "
-                          "orderings")
     y = _double_centre(np.log(np.maximum(p, floor))).reshape(i, k * n)
-    per_item = y @ np.linalg.pinv(x).T  # [items, n]; pinv's minimum-norm solution already sums to 0
-    per_item -= per_item.mean(axis=1, keepdims=True)
-    bias = per_item.mean(axis=0)
-    rmse = float(np.sqrt(np.mean((y - bias @ x.T) ** 2)))
+    if orders.ndim == 2:
+        x = _position_design(orders)
+        if np.linalg.matrix_rank(x) < n - 1:
+            raise DesignError("position bias is not identifiable from these orderings (a FIXED design, or too "
+                              "little variation in where each option is shown); score under balanced or random "
+                              "orderings")
+        per_item = y @ np.linalg.pinv(x).T  # [items, n]; pinv's minimum-norm solution already sums to 0
+        xs = np.broadcast_to(x, (i,) + x.shape)
+    else:  # per-item orders: one least-squares fit pooled over items (each item's design is its own)
+        xs = np.stack([_position_design(o) for o in orders])  # [items, K*n, n]
+        gram, rhs = np.einsum("ikn,ikm->inm", xs, xs), np.einsum("ikn,ik->in", xs, y)
+        if np.linalg.matrix_rank(gram.sum(axis=0)) < n - 1:
+            raise DesignError("position bias is not identifiable from these per-item orderings (every item "
+                              "shows each option at the same position); score random or balanced orders")
+        per_item = None
+    if per_item is not None:
+        per_item -= per_item.mean(axis=1, keepdims=True)
+        bias = per_item.mean(axis=0)
+    else:
+        bias = np.linalg.pinv(gram.sum(axis=0)) @ rhs.sum(axis=0)
+        bias -= bias.mean()
+    rmse = float(np.sqrt(np.mean((y - np.einsum("n,ijn->ij", bias, xs)) ** 2)))
     scale = n / (n - 1)  # with sum(bias) = 0: bias[p] - mean of the others = bias[p] * n / (n - 1)
     if n_boot:
         need_items(i, 2, "a bootstrap CI over items")
-        lo, hi = percentile_ci(scale * mean_over_units(per_item, n_boot, rng), confidence)
+        if per_item is not None:
+            boot = mean_over_units(per_item, n_boot, rng)
+        else:  # the pooled fit on each resample: weighted normal equations, one small solve per resample
+            w = bootstrap_weights(i, n_boot, rng)
+            boot = np.einsum("bnm,bm->bn", np.linalg.pinv(np.einsum("bi,inm->bnm", w, gram)), w @ rhs)
+            boot -= boot.mean(axis=1, keepdims=True)
+        lo, hi = percentile_ci(scale * boot, confidence)
     else:
         lo = hi = np.full(n, np.nan)
     return PositionEffectResult(bias, softmax(bias), scale * bias, lo, hi, rmse, detect_design(orders), i, k,
