@@ -144,19 +144,21 @@ def item_tokens(lm, exp) -> float:
     """Mean tokens per item the engine runs (token trie of the item's prompts, labels included)."""
     from logitjudge import trie
     from logitjudge.engine import prompt_job
+    from logitjudge.requests import orders_of
 
     counts = []
-    for it in exp.items:
+    for i, it in enumerate(exp.items):
+        orders = orders_of(exp.option_orders, i)  # (K, n): shared, or this item's own
         if exp.spec.prompts.multi_criteria:
             from logitjudge.requests import encode, slot_request
 
             eps = [encode(lm, exp.template, exp.rubric, slot_request(it, oo, co))
-                   for oo, co in zip(exp.option_orders, exp.criterion_orders)]
+                   for oo, co in zip(orders, exp.criterion_orders)]
             later = len(eps) * (exp.rubric.n_criteria - 1) * 12  # each later slot: answer + next slot prefix
         else:
             from logitjudge.requests import item_prompts
 
-            eps, later = item_prompts(lm, exp.rubric, it, exp.option_orders, exp.template), 0
+            eps, later = item_prompts(lm, exp.rubric, it, orders, exp.template), 0
         job = prompt_job(eps)
         counts.append(trie.count_tokens(trie.build(job.sequences, job.reads)) + later)
     return float(np.mean(counts))
