@@ -40,6 +40,15 @@ from ._result import (
 from .readings import check_reading, read_scores, tempered
 
 
+def _canonical(canonical, option_orders, k: int) -> int:
+    """The canonical ordering's row: as given, else the identity row of ``option_orders`` (else row 0)."""
+    if canonical is None:
+        canonical = 0 if option_orders is None else canonical_index(option_orders)
+    if not 0 <= int(canonical) < k:
+        raise StatsError(f"canonical={canonical} is not one of the {k} orderings")
+    return int(canonical)
+
+
 def _prepare(scores, groups, canonical, option_orders):
     s = as_array(scores, "scores", 2, "[items, orderings]")
     if not np.all(np.isfinite(s)):
@@ -50,10 +59,7 @@ def _prepare(scores, groups, canonical, option_orders):
         raise ShapeError(f"groups must give one label per item ({n_items}), got shape {g.shape}")
     if k < 2:
         raise InsufficientDataError("rank stability needs at least 2 orderings to compare, got 1")
-    if canonical is None:
-        canonical = 0 if option_orders is None else canonical_index(option_orders)
-    if not 0 <= int(canonical) < k:
-        raise StatsError(f"canonical={canonical} is not one of the {k} orderings")
+    canonical = _canonical(canonical, option_orders, k)
     names, inv, sizes = np.unique(g, return_inverse=True, return_counts=True)
     keep = np.flatnonzero(sizes >= 2)
     if keep.size == 0:
@@ -67,7 +73,7 @@ def _prepare(scores, groups, canonical, option_orders):
         valid[row, :members.size] = True
         idx[row, :members.size] = members
     by_group = np.moveaxis(s[idx], 2, 0)  # [orderings, groups, candidates]
-    return by_group, valid, int(canonical), len(names)
+    return by_group, valid, canonical, len(names)
 
 
 def _top_probs(by_group: np.ndarray, valid: np.ndarray, tol: float) -> np.ndarray:
@@ -314,11 +320,7 @@ def top1_flips(probs, values, groups, *, reading: str = "greedy", temperature: f
     n_items, k = p.shape[:2]
     if k < 2:
         raise InsufficientDataError("top-1 flips need at least 2 orderings to compare, got 1")
-    if canonical is None:
-        canonical = 0 if option_orders is None else canonical_index(option_orders)
-    if not 0 <= int(canonical) < k:
-        raise StatsError(f"canonical={canonical} is not one of the {k} orderings")
-    canonical = int(canonical)
+    canonical = _canonical(canonical, option_orders, k)
     rows = _group_rows(groups, n_items)
     other = np.asarray([j for j in range(k) if j != canonical])
     flip = np.zeros((len(rows), other.size))
