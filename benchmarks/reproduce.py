@@ -7,7 +7,14 @@ Runs four experiments (each a :mod:`logitjudge.experiment` spec, with its own re
 * ``summeval``: SummEval summaries, the same measurements;
 * ``mt_bench``: MT-Bench turn-1 answers of several models, bracketed template, 1-10 rubric -> position bias and
   the top-1 flip rate among the answers to a question;
+* ``hanna_all``: HANNA stories again with all 5! = 120 option orders per story -> the same findings with RANDOM
+  as its exact expectation over uniformly drawn orders (closed form at K=1, Monte-Carlo with its SE beyond) and
+  BALANCED read from the rotations inside the complete design;
 * ``hanna_multi``: 3 HANNA criteria in one prompt, criteria order permuted -> criterion-position spread.
+
+Every study is analysed twice from the same score table: with the study's reading (``greedy``: the label a
+temperature-0 judge writes) and with ``expected`` (the probability-weighted score, the exact extension), both in
+the findings table.
 
 The subsets are sized from an estimate: the exact number of tokens the engine runs for a probe of each data set
 (the token trie of its prompts, counted without a forward pass) times the number of groups, at the engine's
@@ -79,17 +86,22 @@ def study_specs(quick: bool, model: str, out: Path, n_boot: int) -> dict[str, di
     specs = {
         "hanna": {"data": {"name": "hanna", "criteria": ["Coherence", "Relevance"][:1 if quick else 2]},
                   "prompts": {"template": "text-first"}, "_whole": 11, "_groups": (1, 1 if quick else 8),
-                  "_size": 5 if quick else 11, "_min_size": 5, "_share": 0.3},
+                  "_size": 5 if quick else 11, "_min_size": 5, "_share": 0.22},
+        # all n! orders: RANDOM becomes an exact expectation and BALANCED is read from the same table
+        "hanna_all": {"data": {"name": "hanna", "criteria": ["Coherence", "Relevance"][:1 if quick else 2]},
+                      "prompts": {"template": "text-first"}, "orderings": {"options": "all", "seed": 0},
+                      "_whole": 11, "_groups": (1, 1 if quick else 3), "_size": 3 if quick else 11,
+                      "_min_size": 3 if quick else 5, "_share": 0.24},
         "summeval": {"data": {"name": "summeval", "criteria": ["coherence", "relevance"][:1 if quick else 2]},
                      "prompts": {"template": "text-first"}, "_whole": 16, "_groups": (1, 1 if quick else 6),
-                     "_size": 4 if quick else 16, "_min_size": 4 if quick else 6, "_share": 0.3},
+                     "_size": 4 if quick else 16, "_min_size": 4 if quick else 6, "_share": 0.22},
         # balanced orders of 10 options are 20 prompts per answer; the quick run draws 4 random ones per answer
         # (the study's RANDOM; its chi-square needs >= 5 expected prompts per position, else it is skipped)
         "mt_bench": {"data": {"name": "mt_bench", "options": {"models": models, "turn": 1}},
                      "prompts": {"template": "bracketed"},
                      "orderings": {"options": "random:4" if quick else "balanced", "seed": 0},
                      "_whole": len(models), "_groups": (2, 2 if quick else 16), "_size": len(models),
-                     "_min_size": 3, "_share": 0.3},
+                     "_min_size": 3, "_share": 0.22},
         "hanna_multi": {"data": {"name": "hanna", "criteria": multi_c},
                         "prompts": {"multi_criteria": True, "slots": slots},
                         "orderings": {"options": "fixed:1" if quick else "random:2", "criteria": "balanced",
@@ -274,7 +286,8 @@ DEFINITIONS = {
               "gain is positive and its bootstrap CI excludes 0; RANDOM as the expectation over draws"),
     "gain5": ("Share of the full gain at K=5", "as at K=3", "as at K=3"),
     "bvr": ("BALANCED − RANDOM at equal K", "difference of the human correlations at the same K",
-            "r_BALANCED(K) - E[r_RANDOM(K)] (RANDOM: Monte-Carlo expectation, SE ≤ 0.005)"),
+            "r_BALANCED(K) - E[r_RANDOM(K)], RANDOM's K orders drawn uniformly per item: exact at K=1, else a "
+            "Monte-Carlo expectation ± its SE (≤ 0.005); over all 120 orders the draws are from every permutation"),
     "flip": ("Top-1 flips", "share of prompts (groups of candidates) whose top-1 candidate under the canonical "
              "order differs from the top-1 under another order",
              "top1_flips: canonical vs each other ordering, averaged, ties broken uniformly (bootstrap CI over "
@@ -284,13 +297,17 @@ DEFINITIONS = {
 }
 
 
-def findings(studies: dict) -> list[dict]:
-    """Rows: the quantity, the study's definition and finding, our counterpart and value."""
-    def each(key, only=("hanna", "summeval", "mt_bench")):
+LABELS = {"hanna_all": "hanna (all 120 orders)"}  # how a study is named in the findings
+
+
+def findings(studies: dict, numbers: str = "numbers") -> list[dict]:
+    """Rows: the quantity, the study's definition and finding, our counterpart and value, from each study's
+    ``numbers`` (the study's reading) or ``numbers_expected`` (the same tables, expected reading)."""
+    def each(key, only=("hanna", "hanna_all", "summeval", "mt_bench")):
         """(study, criterion, numbers) of the studies designed for this finding (the multi-criteria run has
         its own design: few option orders, crossed with criteria orders)."""
-        return [(s, c, v) for s in only if (studies.get(s) or {}).get("numbers")
-                for c, v in (studies[s]["numbers"][key] or {}).items()]
+        return [(LABELS.get(s, s), c, v) for s in only if (studies.get(s) or {}).get(numbers)
+                for c, v in (studies[s][numbers][key] or {}).items()]
 
     rows = []
     pos = each("position")
@@ -310,11 +327,11 @@ def findings(studies: dict) -> list[dict]:
                          f"95% {_f(v['null_high'])})" for _, c, v in spreads)
     else:
         why = studies.get("hanna_multi", {}).get("skipped_reason") or (
-            (studies.get("hanna_multi", {}).get("numbers") or {}).get("skipped", {}).get("criterion_position"))
+            (studies.get("hanna_multi", {}).get(numbers) or {}).get("skipped", {}).get("criterion_position"))
         ours = f"skipped: {why or 'no multi-criteria run'}"
     note = studies.get("hanna_multi", {}).get("note")
     rows.append(("criterion", STUDY["criterion_spread"], ours + (f" ({note})" if note else "")))
-    budget = each("budget", only=("hanna", "summeval"))
+    budget = each("budget", only=("hanna", "hanna_all", "summeval"))
     for k, key in ((3, "gain3"), (5, "gain5")):
         parts = []
         for s, c, v in budget:
@@ -326,20 +343,25 @@ def findings(studies: dict) -> list[dict]:
                                  f"no share (gain {_f(g['gain'], '{:+.3f}')} [{_f(g['ci'][0], '{:+.3f}')}, "
                                  f"{_f(g['ci'][1], '{:+.3f}')}])"))
         rows.append((key, STUDY[key], "; ".join(parts) or "n/a"))
+    def delta_at(d, se, k):  # Δr at K, with RANDOM's Monte-Carlo SE (none printed where exact)
+        if len(d) < k:
+            return "n/a"
+        return _f(d[k - 1], "{:+.3f}") + (f" ± {se[k - 1]:.3f}" if len(se) >= k and se[k - 1] else "")
+
     bvr = []
     for s, c, v in budget:
-        d = v["balanced_minus_random"]
+        d, se = v["balanced_minus_random"], (v.get("curves_se") or {}).get("random") or []
         if d:
-            bvr.append(f"{s}/{c}: Δr(K=3)={_f(d[2] if len(d) > 2 else None, '{:+.3f}')}, "
-                       f"Δr(K={v['k_max']})={_f(d[-1], '{:+.3f}')}")
+            bvr.append(f"{s}/{c}: Δr(K=1)={delta_at(d, se, 1)}, Δr(K=3)={delta_at(d, se, 3)}, "
+                       f"Δr(K={v['k_max']})={delta_at(d, se, v['k_max'])}")
     rows.append(("bvr", STUDY["balanced_vs_random"], "; ".join(bvr) or "n/a"))
-    flips = each("flips", only=("mt_bench", "hanna", "summeval"))
+    flips = each("flips", only=("mt_bench", "hanna", "hanna_all", "summeval"))
     rows.append(("flip", STUDY["flip"],
                  "; ".join(f"{s}/{c}: {_f(v['flip'], '{:.0%}')} [{_f(v['ci_low'], '{:.0%}')}, "
                            f"{_f(v['ci_high'], '{:.0%}')}] over {v['n_groups']} groups (FIXED vs BALANCED "
                            f"{_f(v['change'].get('balanced'), '{:.0%}')}; pairwise {_f(v['pairwise'], '{:.0%}')})"
                            for s, c, v in flips) or "n/a"))
-    al = each("alignment", only=("hanna", "summeval"))
+    al = each("alignment", only=("hanna", "hanna_all", "summeval"))
     rows.append(("human", STUDY["human"],
                  "; ".join(f"{s}/{c}: " + " / ".join(
                      _f((v.get(k) or {}).get("r")) + (f" ± {_f(v[k]['se'], '{:.3f}')}" if (v.get(k) or {}).get("se")
@@ -349,11 +371,26 @@ def findings(studies: dict) -> list[dict]:
              "counterpart": DEFINITIONS[key][2], "ours": c} for key, b, c in rows]
 
 
-def markdown(rows: list[dict], model: str) -> str:
-    lines = [f"| quantity | the study's definition | study | this toolkit's counterpart | this run ({model}) |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {r['finding']} | {r['definition']} | {r['study']} | {r['counterpart']} | {r['ours']} |" for r in rows]
+def markdown(rows: list[dict], expected: list[dict], model: str) -> str:
+    """The findings table: this run's numbers under the study's reading (greedy) and, beside them, the same
+    tables under the expected reading."""
+    lines = [f"| quantity | the study's definition | study | this toolkit's counterpart | this run ({model}), "
+             "greedy reading | the same tables, expected reading |", "|---|---|---|---|---|---|"]
+    for r, e in zip(rows, expected):
+        same = e["ours"] == r["ours"]  # the χ² rows test the answered labels under every reading
+        lines.append(f"| {r['finding']} | {r['definition']} | {r['study']} | {r['counterpart']} | {r['ours']} | "
+                     f"{'the same (this test reads the answered labels under every reading)' if same else e['ours']} |")
     return "\n".join(lines)
+
+
+def expected_numbers(spec: dict, data_dir) -> dict:
+    """The numbers of a finished study's table analysed under the expected reading (no scoring)."""
+    from logitjudge.experiment import analyze_experiment
+    from logitjudge.table import ScoreTable
+
+    spec = dict(spec, analysis={**spec["analysis"], "reading": "expected"})
+    exp = prepare(spec, data_dir=data_dir)
+    return extract(analyze_experiment(exp, ScoreTable.load(exp.table_path)))
 
 
 def main(argv=None) -> int:
@@ -422,17 +459,19 @@ def main(argv=None) -> int:
         record["studies"][name] = {"spec": st["spec"], "report": res["report"], "seconds": time.perf_counter() - t0,
                                    "score_seconds": secs, "tokens": toks, "table_reused": reused,
                                    "tokens_per_s": toks / secs if secs else None, "numbers": extract(res["results"]),
+                                   "numbers_expected": expected_numbers(st["spec"], args.data_dir),
                                    **({"note": st["_note"]} if st.get("_note") else {})}
         print(f"[{name}] {res['verdict']}")
         print(f"[{name}] {'reused the scores of an earlier run: ' if reused else ''}scored {toks} tokens in "
               f"{secs:.0f} s ({toks / max(secs, 1e-9):.0f} tokens/s); report {res['report']}/report.html")
     record["findings"] = findings(record["studies"])
+    record["findings_expected"] = findings(record["studies"], "numbers_expected")
     record["total_seconds"] = time.perf_counter() - t_start
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(jsonable(record), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"\n## Findings: the study vs {args.model} ({'quick' if args.quick else 'full'} run, "
           f"{record['total_seconds'] / 60:.1f} min)\n")
-    print(markdown(record["findings"], args.model))
+    print(markdown(record["findings"], record["findings_expected"], args.model))
     print(f"\nwrote {json_path}")
     return 0
 

@@ -105,6 +105,9 @@ def test_patching_matches_plain_hooks(lm, mode, rubric):
     clean_ref, patched_ref = patch_item_plain(lm.model, arch, pps, pairs, sites)
     assert np.abs(clean - clean_ref).max() < 1e-5
     assert np.abs(patched - patched_ref).max() < 1e-5
+    # the plain way with logits only where read (logits_to_keep) gives the same numbers
+    clean_read, patched_read = patch_item_plain(lm.model, arch, pps, pairs, sites, logits="read")
+    assert np.abs(clean_read - clean_ref).max() < 1e-6 and np.abs(patched_read - patched_ref).max() < 1e-6
     assert np.abs(patched - clean[pairs[:, 1]][:, None]).max() > 1e-3  # the patches move the answers
 
 

@@ -202,27 +202,37 @@ def _run_target(model, arch, forward, pp: ProbePrompt, prefix: PrefixKV, jobs, p
 
 
 @torch.inference_mode()
-def patch_item_plain(model, arch: Architecture, prompts: list[ProbePrompt], pairs, sites: Sites
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Reference: one full forward per source prompt and per (pair, site, label prefix), no cache."""
+def patch_item_plain(model, arch: Architecture, prompts: list[ProbePrompt], pairs, sites: Sites, *,
+                     logits: str = "all") -> tuple[np.ndarray, np.ndarray]:
+    """Reference: one full forward per source prompt and per (pair, site, label prefix), no cache.
+
+    ``logits="all"`` computes the vocabulary logits at every position, as a hook library's forward does;
+    ``"read"`` only at the positions read (``logits_to_keep``), the cheaper way a careful user would call it.
+    The numbers are the same either way."""
+    if logits not in ("all", "read"):
+        raise ValueError(f"logits={logits!r}: use 'all' or 'read'")
     device = next(model.parameters()).device
     L = arch.n_layers
     src: dict = {}
     acts = []
     for pp in prompts:
+        keep = {"logits_to_keep": 1} if logits == "read" else {}
         with hooks(model, _record_fns(L, [0], [pp.answer], src), arch):
-            model(input_ids=torch.tensor([list(pp.ids)], device=device))
+            model(input_ids=torch.tensor([list(pp.ids)], device=device), **keep)
         acts.append(dict(src))
 
     def run(pp: ProbePrompt, plan_vec) -> np.ndarray:
         out = np.zeros(len(pp.order))
         for pre, reads in _label_rows(pp):
             plan = [] if plan_vec is None else [(0, plan_vec[0], plan_vec[1])]
+            ids = list(pp.ids) + pre
+            first = pp.answer if logits == "read" else 0  # the first position whose logits are kept
+            keep = {"logits_to_keep": len(ids) - first} if logits == "read" else {}
             with hooks(model, _patch_fns(arch, sites, plan, [pp.answer]), arch):
-                logits = model(input_ids=torch.tensor([list(pp.ids) + pre], device=device)).logits[0]
-            logp = torch.log_softmax(logits.float(), dim=-1)
+                out_logits = model(input_ids=torch.tensor([ids], device=device), **keep).logits[0]  # (T', V)
+            logp = torch.log_softmax(out_logits.float(), dim=-1)
             for t, tok, o in reads:
-                out[o] += float(logp[pp.answer + t, tok])
+                out[o] += float(logp[pp.answer - first + t, tok])
         return option_distribution(out)
 
     clean = np.stack([run(pp, None) for pp in prompts])
