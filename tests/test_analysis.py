@@ -152,3 +152,22 @@ def test_verdict_names_a_degenerate_interval():
     assert "no spread: every item chose alike" in res["verdict"]
     t = planted_table(150, 4, position_bias=[0, 0, 0, 0.8], prompt_noise=0.4, rng=2)
     assert "no spread" not in analyze(t, n_boot=50)["verdict"]
+
+
+def test_pride_reads_the_balanced_rows_inside_all_and_balanced_plus_random_tables():
+    from logitjudge import orderings as ords
+    from logitjudge import stats as st
+
+    for orders in ("all", ords.parse("balanced+random:4", 4, seed=1, n_items=40)):
+        t = planted_table(40, 4, orderings=orders, position_bias=[0, 0, 0, 0.8], prompt_noise=0.4, rng=2)
+        res = analyze(t, human=planted_human(t, rng=1), n_boot=20, n_draws=3)
+        rows = st.balanced_rows(t.option_orders)
+        got = res["position"]["C0"]["pride_prior"]["prior"]
+        pbp = st.probs_by_position(t.probs[:, 0], t.option_orders)
+        if isinstance(orders, str):  # all n! orders, a balanced design: the prior uses every row
+            rows = np.arange(t.option_orders.shape[-2])
+        shared = t.option_orders[..., rows, :]
+        shared = shared[0] if shared.ndim == 3 else shared
+        want = st.pride_prior(np.log(np.maximum(pbp[:, rows], 1e-12)), option_orders=shared).prior
+        assert np.allclose(got, want) and got[3] > 0.25
+        assert res["alignment"]["C0"]["pride"]["n_estimation_items"] == 8

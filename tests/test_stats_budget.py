@@ -173,3 +173,29 @@ def test_balanced_plus_random_table_draws_random_from_its_random_rows():
     assert abs(res.curves["random"][0] - ref.value) <= 3 * np.hypot(res.curves_se["random"][0], ref.se)
     x = (t.probs[:, 0, :8] @ t.values[0]).mean(axis=1)
     assert res.curves["balanced"][-1] == pytest.approx(sps.pearsonr(x, y).statistic)
+
+
+def test_balanced_rows_finds_the_rotations_in_every_design():
+    from logitjudge.stats import balanced_rows
+
+    ref = ords.balanced(4)
+    assert np.array_equal(balanced_rows(ref), np.arange(8))
+    a = ords.all_orders(4)  # the 8 rotations/reversals found among the 24 orders, in the study's order
+    assert np.array_equal(a[balanced_rows(a)], ref)
+    both = ords.parse("balanced+random:6", 4, seed=3, n_items=5)  # (5, 14, 4): rotations first in every item
+    assert np.array_equal(balanced_rows(both), np.arange(8))
+    assert balanced_rows(ords.random_per_item(4, 6, 5, rng=0)) is None
+    assert balanced_rows(ords.fixed(4, 3)) is None
+
+
+def test_correlation_statistic_item_and_grouped_levels_by_hand():
+    from logitjudge.stats import CorrelationStatistic
+
+    y = np.array([1.0, 2, 4, 3, 5, 7])
+    x = np.array([[1.0, 3, 2, 4, 6, 5], [6.0, 5, 4, 3, 2, 1]])  # [B, items]
+    item = CorrelationStatistic(y, method="spearman")(x)
+    assert item == pytest.approx([sps.spearmanr(r, y).statistic for r in x])
+    g = np.array(list("aaabbb"))
+    grouped = CorrelationStatistic(y, groups=g)(x)
+    want = [np.mean([sps.pearsonr(r[:3], y[:3]).statistic, sps.pearsonr(r[3:], y[3:]).statistic]) for r in x]
+    assert grouped == pytest.approx(want)

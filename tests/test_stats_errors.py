@@ -119,6 +119,7 @@ CASES = {
     "top1_change": [lambda: st.top1_change(H, H[:2], G4, reading="greedy"),
                     lambda: st.top1_change(H, H * np.nan, G4, reading="greedy"),
                     lambda: st.top1_change(H, H, G4, reading="x")],
+    "balanced_rows": [lambda: st.balanced_rows(NOT_PERM), lambda: st.balanced_rows([["a"]])],
     "top1_change_sampled": [lambda: st.top1_change_sampled(P, V, G4, [99], [0]),
                             lambda: st.top1_change_sampled(P, V, G4, "x", [0]),
                             lambda: st.top1_change_sampled(P, V, G4, [0], [1], temperature=0)],
@@ -128,6 +129,15 @@ CASES = {
 def test_every_public_function_has_bad_input_cases():
     public = {n for n in st.__all__ if n[0].islower()} - {"jsonable"}  # jsonable accepts anything
     assert public == set(CASES), f"add bad-input cases for {sorted(public - set(CASES))}"
+
+
+@pytest.mark.parametrize("case", [lambda: st.CorrelationStatistic(H, method="x"),
+                                  lambda: st.CorrelationStatistic([[1.0, 2.0]]),
+                                  lambda: st.CorrelationStatistic([1.0, np.nan, 2.0]),
+                                  lambda: st.CorrelationStatistic(H, groups=G5)])
+def test_correlation_statistic_refuses_bad_input(case):
+    with pytest.raises(st.StatsError):
+        case()
 
 
 @pytest.mark.parametrize("name,case", [(n, i) for n, cs in CASES.items() for i in range(len(cs))])

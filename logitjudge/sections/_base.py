@@ -14,8 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .. import stats as st
-from ..stats._result import AlignmentError, DesignError
-from ..stats.budget import _balanced_rows
+from ..stats._result import BALANCED, AlignmentError, DesignError
 from ..stats.readings import check_reading
 from ..table import ScoreTable
 from ._format import reading_note
@@ -130,6 +129,24 @@ class Context:
         them: balanced, all n! orders, balanced+random)."""
         return self._cached(("strategy", c), lambda: self._strategies(c))
 
+    def balanced_part(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(rows, orders)`` of the table's balanced design, or None: every row where the design is balanced
+        (all n! orders included), else the 2n balanced rotations a balanced+random table holds at the same rows
+        of every item, with their (K', n) orders. What PriDe estimates its prior from."""
+        return self._cached("balanced_part", self._balanced_part)
+
+    def _balanced_part(self):
+        o = self.table.option_orders
+        rows = np.arange(o.shape[-2]) if self.design == BALANCED else st.balanced_rows(o)
+        if rows is None:
+            return None
+        part = o[..., rows, :]
+        if part.ndim == 3:  # per-item orders: PriDe needs the same balanced rows in every item
+            if not np.all(part == part[:1]):
+                return None
+            part = part[0]
+        return rows, part
+
     def strategy_notes(self) -> tuple[str, ...]:
         """Why a strategy is missing from :meth:`strategy_scores` (the same for every criterion)."""
         return self._cached("strategy_notes", self._notes)
@@ -140,7 +157,7 @@ class Context:
             st.canonical_index(o)
         except DesignError as e:
             notes.append(f"no FIXED scores: {e}")
-        if _balanced_rows(o, self.table.n_options) is None:
+        if st.balanced_rows(o) is None:
             notes.append("no BALANCED scores: the table holds no balanced rotations (score with balanced, all or "
                          "balanced+random:R)")
         notes.append(f"RANDOM is the exact expectation over orders drawn uniformly from the table's "
@@ -156,7 +173,7 @@ class Context:
         except DesignError:
             pass  # said in strategy_notes
         out["random"] = st.random_item_scores(t.probs[:, c], t.values[c], reading=r)
-        rows = _balanced_rows(t.option_orders, t.n_options)
+        rows = st.balanced_rows(t.option_orders)
         if rows is not None:
             out["balanced"] = scores[:, rows].mean(axis=1)
         return out

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import stats as st
-from ..stats._result import BALANCED, StatsError
-from ..stats.budget import _Stat
+from ..stats._result import StatsError
 from . import _plot
 from ._base import Context, Section
 from ._format import ci, fmt, md_table
@@ -24,7 +23,7 @@ def random_correlation(ctx: Context, c: int, idx, y, method: str, groups=None) -
     """The study's RANDOM: the expected correlation with humans when every item is scored by one prompt under an
     order drawn uniformly from its rows (``random_expectation``, K=1; Monte-Carlo with its standard error)."""
     t = ctx.table
-    stat = _Stat(y, method, "item" if groups is None else "grouped", groups)
+    stat = st.CorrelationStatistic(y, method=method, groups=groups)
     e = st.random_expectation(t.probs[idx, c], t.values[c], stat, k=1, reading=ctx.reading, rng=ctx.rng)
     return {"statistic": e.value, "se": e.se, "exact": e.exact, "n_draws": e.n_draws, "pool": e.pool,
             "method": method, "note": e.note}
@@ -78,8 +77,9 @@ class Alignment(Section):
         if "fixed" in scores and "balanced" in scores:
             out["compare"]["balanced_vs_fixed"] = st.compare_correlations(
                 scores["balanced"][idx], scores["fixed"][idx], y, n_boot=max(ctx.n_boot, 1), **kw)
-        if ctx.design == BALANCED and len(idx) >= PRIDE_MIN_ITEMS:
-            d = st.pride_debias(ctx.table.probs[idx, c], ctx.table.values[c], ctx.table.option_orders,
+        bal = ctx.balanced_part()  # PriDe's prior from the balanced rows (inside all / balanced+random too)
+        if bal is not None and len(idx) >= PRIDE_MIN_ITEMS:
+            d = st.pride_debias(ctx.table.probs[idx, c][:, bal[0]], ctx.table.values[c], bal[1],
                                 reading=ctx.reading, rng=ctx.rng)
             out["pride"] = {"n_estimation_items": len(d.estimation_items), "prior": d.prior,
                             "correlation": correlations(d.scores, y[d.items], ctx),

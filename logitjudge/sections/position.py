@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import stats as st
-from ..stats._result import BALANCED, FIXED, StatsError
+from ..stats._result import FIXED, StatsError
 from . import _plot
 from ._base import Context, Partial, Section
 from ._format import ci, fmt, md_table, pval, reading_note
@@ -98,12 +98,14 @@ class Position(Section):
             _part(parts, skipped, "chi_square", st.position_chisquare, pbp, t.option_orders, n_boot=n_boot,
                   reading=chi_reading(ctx.reading), rng=rng)
         _part(parts, skipped, "effect", st.fit_position_effect, probs, t.option_orders, n_boot=n_boot, rng=rng)
-        if ctx.design == BALANCED:
-            _part(parts, skipped, "pride_prior", st.pride_prior, np.log(np.maximum(pbp, 1e-12)),
-                  option_orders=t.option_orders)
+        bal = ctx.balanced_part()
+        if bal is not None:  # a balanced table, or the balanced rotations inside all / balanced+random
+            _part(parts, skipped, "pride_prior", st.pride_prior, np.log(np.maximum(pbp[:, bal[0]], 1e-12)),
+                  option_orders=bal[1])
         else:
             parts["pride_prior"] = None
-            skipped["pride_prior"] = "the PriDe closed form needs balanced orderings"
+            skipped["pride_prior"] = ("the PriDe closed form needs balanced orderings (score with balanced, all "
+                                      "or balanced+random:R)")
         return Partial(parts, skipped)
 
     def verdict(self, analysis: dict) -> list[str]:

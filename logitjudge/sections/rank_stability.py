@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import stats as st
-from ..stats.budget import _balanced_rows
 from . import _plot
 from ._base import Context, Section
 from ._format import ci, fmt, md_table
@@ -51,7 +50,7 @@ class RankStability(Section):
         scores = ctx.strategy_scores(c)
         if ctx.reading == "sampled":
             t = ctx.table
-            rows = _balanced_rows(t.option_orders, t.n_options)
+            rows = st.balanced_rows(t.option_orders)
             if rows is None:
                 return {}
             canon = st.canonical_index(t.option_orders)

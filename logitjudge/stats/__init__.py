@@ -44,7 +44,14 @@ from .alignment import (
     per_group_correlations,
     system_correlation,
 )
-from .budget import BudgetCurveResult, GainResult, budget_curve, gain_fraction
+from .budget import (
+    BudgetCurveResult,
+    CorrelationStatistic,
+    GainResult,
+    balanced_rows,
+    budget_curve,
+    gain_fraction,
+)
 from .criteria import CriterionPositionResult, criterion_position_effect
 from .expectation import (
     ExpectationResult,
@@ -87,7 +94,8 @@ from .ranking import (
 from .readings import READINGS, answer_probs, check_reading, tempered
 
 __all__ = [
-    "PER_ITEM_RANDOM", "ConfoundedDesignError", "has_all_orders", "READINGS", "answer_probs", "check_reading",
+    "balanced_rows", "CorrelationStatistic", "PER_ITEM_RANDOM", "ConfoundedDesignError", "has_all_orders",
+    "READINGS", "answer_probs", "check_reading",
     "tempered", "ExpectationResult", "draw_random_scores", "pool_kind", "random_expectation",
     "random_expectation_ref", "random_item_scores", "random_label_shares", "Top1ChangeResult", "Top1FlipResult",
     "top1_change", "top1_flips", "win_probabilities", "mean_answer_distribution", "top1_change_sampled",

@@ -35,6 +35,7 @@ from ._result import (
     StatsError,
     _shared,
     as_float,
+    as_orders,
     as_rng,
     bootstrap_indices,
     canonical_index,
@@ -131,11 +132,20 @@ class BudgetCurveResult(Result):
     confidence_level: float = 0.95
 
 
-class _Stat:
-    """The correlation of replicate score vectors ``x[B, items]`` with the human scores, at item level or as
-    the mean within-group correlation; ``boot`` gives its bootstrap replicates (items or whole groups)."""
+class CorrelationStatistic:
+    """The correlation of replicate score vectors ``x[B, items]`` with the human scores ``human[items]``, at
+    item level (``groups=None``) or as the mean within-group correlation (``groups``: one label per item);
+    calling it gives ``[B]``; ``boot`` gives its bootstrap replicates (items or whole groups). The statistic
+    :func:`~logitjudge.stats.random_expectation` takes for RANDOM's expected correlation."""
 
-    def __init__(self, y, method, level, groups):
+    def __init__(self, human, *, method: str = "pearson", groups=None):
+        check_choice("method", method, METHODS)
+        y = as_float(human, "human")
+        if y.ndim != 1 or not np.all(np.isfinite(y)):
+            raise StatsError(f"human must be 1-D finite scores, one per item (shape {y.shape})")
+        if groups is not None and len(groups) != len(y):
+            raise ShapeError(f"groups has {len(groups)} labels for {len(y)} items")
+        level = "item" if groups is None else "grouped"
         self.y, self.method, self.level = y, method, level
         if level == "grouped":
             names, inv = np.unique(np.asarray(groups).astype(str), return_inverse=True)
@@ -182,10 +192,13 @@ class _Stat:
         return out / x.shape[0]
 
 
-def _balanced_rows(orders: np.ndarray, n: int) -> np.ndarray | None:
-    """Row indices BALANCED takes (in order), or None: the study's 2n rotations picked out of a larger table
-    (all n! orders, balanced+random), else every row of a balanced table (``balanced_sequence``)."""
-    a = _shared(orders)
+def balanced_rows(option_orders) -> np.ndarray | None:
+    """Row indices of the study's BALANCED orderings (the 2n rotations and their reversals) inside a table's
+    orders, in order, or None when the table does not hold them: picked out of a larger design (all n! orders,
+    balanced+random; for per-item orders at the same rows of every item), else every row of a balanced table
+    (``balanced_sequence``). ``option_orders``: (K, n) or per item (I, K, n)."""
+    a = _shared(as_orders(option_orders, per_item=True))
+    n = a.shape[-1]
     ref = balanced_orders(n)
     if a.ndim == 3:  # per-item orders: the balanced rows must sit at the same indices in every item
         rows = [np.flatnonzero(np.all(a[0] == r, axis=1)) for r in ref]
@@ -259,7 +272,7 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     rng = as_rng(rng)
     n_items, n_ord, n = p.shape
-    bal_rows = _balanced_rows(orders, n)
+    bal_rows = balanced_rows(orders)
     if k_max is None:
         k_max = n_ord if bal_rows is None or len(bal_rows) == n_ord else len(bal_rows)
     k_max = int(k_max)
@@ -290,7 +303,7 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
     if "random" in strategies and pool != "all orders":
         notes.append(f"RANDOM draws from the table's {pool}" + ("" if pool == "per-item random orders" else
                      ": not uniformly random permutations (score with --orderings all or random:K)"))
-    stat = _Stat(y, method, level, groups)
+    stat = CorrelationStatistic(y, method=method, groups=groups if level == "grouped" else None)
     exact_scores = None if reading == "sampled" else read_scores(p, v, reading=reading)  # [items, orderings]
     ks = np.arange(1, k_max + 1)
     mc_kw = dict(reading=reading, temperature=temperature)
