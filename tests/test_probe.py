@@ -10,10 +10,10 @@ from conftest import CORPUS, fresh_tiny_lm, tiny_tokenizer
 from planted import planted_lm
 
 from logitjudge import balanced, orderings
+from logitjudge import stats as st
 from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
 from logitjudge.forward import install_shared_attention
 from logitjudge.items import Item
-from logitjudge.probe import summary as S
 from logitjudge.probe.capture import capture_item
 from logitjudge.probe.hooks import ProbeError, architecture, attn_implementation, hooks
 from logitjudge.probe.lens import option_distribution
@@ -21,6 +21,7 @@ from logitjudge.probe.patching import make_pairs, make_sites, patch_item, patch_
 from logitjudge.probe.prompts import probe_prompts
 from logitjudge.probe.spans import category_names
 from logitjudge.prompts import builtin_template
+from logitjudge.report.probe import probe_results
 from logitjudge.rubric import Criterion, Rubric, ScoreOption, likert
 
 STORY = "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly. "
@@ -149,27 +150,27 @@ def planted_table():
 
 
 def test_planted_shortcut_model_picks_the_first_position(planted_table):
-    _, pos = S.chosen(planted_table)
+    _, pos = st.chosen_option(planted_table.probs, planted_table.option_orders)
     assert (pos == 0).all()
     assert planted_table.probs.max(-1).min() > 0.9
 
 
 def test_lens_finds_the_planted_layer(planted_table):
-    res = S.lens_summary(planted_table, n_boot=100, rng=0)
+    res = probe_results(planted_table, n_boot=100, rng=0)["lens"]
     assert res.emerges_at == 1
     assert res.pvalue[0] > 0.5 and res.pvalue[1] < 1e-10
     assert res.log_odds[1, 0] > 3 and np.abs(res.log_odds[0]).max() < 1e-9
 
 
 def test_attention_finds_the_planted_head(planted_table):
-    att = S.attention_summary(planted_table, n_boot=100, rng=0)
+    att = probe_results(planted_table, n_boot=100, rng=0)["attention"]
     assert np.unravel_index(att.position_index.argmax(), att.position_index.shape) == (1, 0)
     assert att.top_position[1, 0] == 0 and att.by_position[1, 0, 0] > 0.95
     assert att.follows_choice[1, 0] > 0.9  # the chosen option is the one shown first
 
 
 def test_patching_finds_the_planted_head(planted_table):
-    pat = S.patch_summary(planted_table, n_boot=100, rng=0)
+    pat = probe_results(planted_table, n_boot=100, rng=0)["patch"]
     moved = dict(zip(pat.names, pat.to_source))
     for site in ("L1.resid", "L1.attn", "L1.head0"):
         assert moved[site] > 0.99
@@ -182,7 +183,7 @@ def test_patching_finds_the_planted_head(planted_table):
 
 
 def test_linear_probe_finds_the_chosen_option_after_the_planted_layer(planted_table):
-    lin = S.linear_summary(planted_table, n_boot=200, rng=0)
+    lin = probe_results(planted_table, n_boot=200, rng=0)["linear"]
     before, after = lin.results[("chosen option", "answer")]
     # before the head writes the label, the answer position's state is the same in every ordering of an item
     assert before.accuracy == pytest.approx(0.2) and before.chance == pytest.approx(0.2)
@@ -193,7 +194,7 @@ def test_linear_probe_finds_the_chosen_option_after_the_planted_layer(planted_ta
 def test_logistic_gradient_and_probe_on_known_features():
     from scipy.optimize import check_grad
 
-    from logitjudge.probe.linear import fit_logistic, logistic_loss, probe_accuracy
+    from logitjudge.stats.linear_probe import fit_logistic, logistic_loss, probe_accuracy
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 120)
@@ -206,7 +207,7 @@ def test_logistic_gradient_and_probe_on_known_features():
     assert bad.ci_low <= max(bad.chance, 1 / 3) + 0.05 and bad.accuracy < 0.6
     w = fit_logistic(x_signal, y, 3, l2=0.5)
     assert (np.argmax(np.hstack([x_signal, np.ones((120, 1))]) @ w, 1) == y).mean() > 0.95
-    with pytest.raises(ProbeError):
+    with pytest.raises(st.StatsError):
         probe_accuracy(x_noise, y, np.zeros(120), n_boot=0)
 
     xb = np.hstack([x_signal, np.ones((120, 1))])

@@ -18,6 +18,13 @@ C3 = np.ones((3, 2, 2))  # [items, criteria, orderings]
 G4 = np.array(list("aabb"))
 
 
+LENS = np.full((4, 6, 2, 3), 1 / 3)  # [items, orderings, layers, options]
+ATT = np.full((4, 6, 2, 2, 9), 1 / 9)  # [items, orderings, layers, heads, 2n + 3]
+PATCHED = np.full((4, 2, 3, 3), 1 / 3)  # [items, pairs, sites, options]
+SITES = {"site_layer": [0, 0, 1], "site_kind": [0, 3, 3], "site_head": [-1, 0, 1]}
+HID = np.zeros((4, 6, 2, 4, 5))  # [items, orderings, layers, 1 + n, d]
+
+
 def MEAN(x):  # [draws, items] -> [draws]
     return x.mean(axis=1)
 
@@ -123,6 +130,29 @@ CASES = {
     "top1_change_sampled": [lambda: st.top1_change_sampled(P, V, G4, [99], [0]),
                             lambda: st.top1_change_sampled(P, V, G4, "x", [0]),
                             lambda: st.top1_change_sampled(P, V, G4, [0], [1], temperature=0)],
+    "chosen_option": [lambda: st.chosen_option(P, NOT_PERM), lambda: st.chosen_option(P[0], O)],
+    "holm": [lambda: st.holm([0.5, 2.0]), lambda: st.holm([[0.1]])],
+    "preference_onset": [lambda: st.preference_onset([0.01, 0.02], [1.0]),
+                         lambda: st.preference_onset([0.01], [1.0], alpha=0),
+                         lambda: st.preference_onset([], [])],
+    "lens_position_effect": [lambda: st.lens_position_effect(LENS[..., 0], O),
+                             lambda: st.lens_position_effect(LENS, NOT_PERM),
+                             lambda: st.lens_position_effect(LENS * 2, O),
+                             lambda: st.lens_position_effect(LENS, O, n_boot=-1)],
+    "attention_summary": [lambda: st.attention_summary(ATT[..., :7], O, P),
+                          lambda: st.attention_summary(ATT, NOT_PERM, P),
+                          lambda: st.attention_summary(ATT[:2], O, P)],
+    "patch_summary": [lambda: st.patch_summary(P, PATCHED[..., :2], [[0, 1], [1, 0]], O, **SITES),
+                      lambda: st.patch_summary(P, PATCHED, [[0, 9], [1, 0]], O, **SITES),
+                      lambda: st.patch_summary(P, PATCHED, [[0, 1], [1, 0]], O, **{**SITES, "site_kind": [0, 7, 3]}),
+                      lambda: st.patch_summary(P, PATCHED, [[0, 1]], O, **SITES)],
+    "probe_accuracy": [lambda: st.probe_accuracy(X[:, None], [0, 1, 0, 1, 0], np.zeros(5)),
+                       lambda: st.probe_accuracy(X, [0, 1, 0, 1, 0], G5),
+                       lambda: st.probe_accuracy(X[:, None], [0.5, 1, 0, 1, 0], G5),
+                       lambda: st.probe_accuracy(X[:, None], [0, 1, 0, 1, 0], G5, n_folds=1)],
+    "linear_summary": [lambda: st.linear_summary(HID, [0, 1], P[:2], O),
+                       lambda: st.linear_summary(HID[..., :3, :], [0, 1], P, O),
+                       lambda: st.linear_summary(HID, [0], P, O)],
 }
 
 

@@ -22,11 +22,12 @@ import numpy as np
 import torch
 
 from ..forward import FORWARDS, PrefixKV
+from ..stats.probing import SITE_KINDS, site_names
 from .hooks import Architecture, ProbeError, hooks
 from .lens import option_distribution, readout
 from .prompts import ProbePrompt, common_prefix
 
-KINDS = ("resid", "attn", "mlp", "head")
+KINDS = SITE_KINDS
 POINTS = {0: "hook_resid_post", 1: "hook_attn_out", 2: "hook_mlp_out", 3: "attn.hook_z"}
 PAIRS = ("reverse", "canonical", "all")
 COPY_TOKENS = 1 << 14  # "copy" mode copies the target's prefix per row: rows x prefix length stays under this
@@ -44,8 +45,7 @@ class Sites:
         return len(self.layer)
 
     def names(self) -> list[str]:
-        return [f"L{int(ly)}.{KINDS[k]}" + (f"{int(h)}" if k == 3 else "")
-                for ly, k, h in zip(self.layer, self.kind, self.head)]
+        return site_names(self.layer, self.kind, self.head)
 
 
 def make_sites(n_layers: int, n_heads: int, kinds=("resid", "attn", "mlp", "head")) -> Sites:

@@ -1,5 +1,6 @@
 """The probe report page: ``probe.md``, a self-contained ``probe.html`` (plots inline), ``probe.json`` and the
-PNGs, from a :class:`~logitjudge.probe.table.ProbeTable`.
+PNGs, from a :class:`~logitjudge.probe.table.ProbeTable` (its arrays, read here as the sections read a
+ScoreTable's, go through the pure estimators of :mod:`logitjudge.stats.probing` and :mod:`.linear_probe`).
 
 Figures: layer x position heatmap of the lens's position effect (with the χ² per layer), layer x head heatmaps
 of attention by position and by chosen content, patching curves (residual / attention / MLP by layer, heads as a
@@ -17,8 +18,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..probe import summary as S
 from ..stats._result import jsonable
+from ..stats.linear_probe import linear_summary
+from ..stats.position import probs_by_position
+from ..stats.probing import attention_summary, lens_position_effect, patch_summary
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -48,12 +51,12 @@ def plot_lens(res, path: Path) -> Path:
     _heat(a, res.log_odds, "lens position effect (log-odds gained at each position)", "position", "layer",
           fig=fig)
     L = len(res.pvalue)
-    b.plot(np.arange(L), -np.log10(np.maximum(res.pvalue, 1e-300)), "o-", color="#d62728")
+    b.plot(np.arange(L), -np.log10(np.maximum(res.pvalue_holm, 1e-300)), "o-", color="#d62728")
     b.axhline(-np.log10(res.alpha), ls="--", color="gray", label=f"alpha = {res.alpha}")
     if res.emerges_at is not None:
         b.axvline(res.emerges_at, color="black", lw=0.8, label=f"appears at layer {res.emerges_at}")
     b.set_xlabel("layer")
-    b.set_ylabel("-log10 p (χ² on lens choices)")
+    b.set_ylabel("-log10 p (χ² on lens choices, Holm over layers)")
     b.legend(fontsize=8)
     return _save(fig, path)
 
@@ -113,17 +116,21 @@ def plot_linear(lin, path: Path) -> Path:
 
 
 def probe_results(table, *, n_boot: int = 1000, rng=None) -> dict:
-    """Every estimate the page shows, as plain objects: {section: result}."""
+    """Every estimate the page shows, as plain objects: {section: result}. ``position_preference``: the mean
+    probability of each position in the model's own output distribution (over items and orderings)."""
     rng = np.random.default_rng(rng)
-    out = {"position_preference": S.position_preference(table)}
+    orders = table.option_orders
+    out = {"position_preference": probs_by_position(table.probs, orders).mean(axis=(0, 1))}
     if table.has("lens_logprobs"):
-        out["lens"] = S.lens_summary(table, n_boot=n_boot, rng=rng)
+        out["lens"] = lens_position_effect(table.lens_probs, orders, n_boot=n_boot, rng=rng)
     if table.has("attention"):
-        out["attention"] = S.attention_summary(table, n_boot=n_boot, rng=rng)
+        out["attention"] = attention_summary(table.attention, orders, table.probs, n_boot=n_boot, rng=rng)
     if table.has("patched"):
-        out["patch"] = S.patch_summary(table, n_boot=n_boot, rng=rng)
+        out["patch"] = patch_summary(table.clean, table.patched, table.pairs, orders, site_layer=table.site_layer,
+                                     site_kind=table.site_kind, site_head=table.site_head, n_boot=n_boot, rng=rng)
     if table.has("hidden"):
-        out["linear"] = S.linear_summary(table, n_boot=n_boot, rng=rng)
+        out["linear"] = linear_summary(table.hidden, table.hidden_layers, table.probs, orders, n_boot=n_boot,
+                                       rng=rng)
     return out
 
 
@@ -134,7 +141,8 @@ def _headlines(res: dict, table) -> list[str]:
     if "lens" in res:
         r = res["lens"]
         where = "does not appear (last layer not significant)" if r.emerges_at is None else \
-            f"appears at layer {r.emerges_at} (χ² on lens choices rejects uniform from there on, alpha {r.alpha})"
+            f"appears at layer {r.emerges_at} (from there on the χ² on lens choices rejects uniform after Holm's " \
+            f"correction, alpha {r.alpha}, and the layer carries >= {r.fraction:.0%} of the output's position effect)"
         lines.append(f"Logit lens: the position preference {where}; last layer Cramér's V {r.cramers_v[-1]:.3f}.")
     if "attention" in res:
         a = res["attention"]

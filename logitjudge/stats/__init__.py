@@ -1,5 +1,6 @@
 """Statistics on exact judge distributions: position preference, criterion-position effects, aggregation
-strategies, human alignment, budget curves and rank stability.
+strategies, human alignment, budget curves, rank stability, and the estimates on a probe run's arrays (logit lens,
+attention, patching, linear probes).
 
 Every estimator is a pure function on numpy arrays (scipy.stats style: data positional, options keyword-only,
 randomness via ``rng=``) returning a frozen result dataclass with a JSON-ready ``to_dict()``.
@@ -62,6 +63,7 @@ from .expectation import (
     random_item_scores,
     random_label_shares,
 )
+from .linear_probe import LinearSummary, ProbeResult, linear_summary, probe_accuracy
 from .position import (
     PositionChiSquareResult,
     PositionDistributionResult,
@@ -76,6 +78,17 @@ from .position import (
     pride_prior,
     probs_by_position,
     probs_from_positions,
+)
+from .probing import (
+    AttentionSummary,
+    LensPositionResult,
+    PatchSummary,
+    attention_summary,
+    chosen_option,
+    holm,
+    lens_position_effect,
+    patch_summary,
+    preference_onset,
 )
 from .ranking import (
     BestOfNResult,
@@ -94,8 +107,10 @@ from .ranking import (
 from .readings import READINGS, answer_probs, check_reading, tempered
 
 __all__ = [
-    "balanced_rows", "CorrelationStatistic", "PER_ITEM_RANDOM", "ConfoundedDesignError", "has_all_orders",
-    "READINGS", "answer_probs", "check_reading",
+    "AttentionSummary", "LensPositionResult", "LinearSummary", "PatchSummary", "ProbeResult", "attention_summary",
+    "chosen_option", "holm", "lens_position_effect", "linear_summary", "patch_summary", "preference_onset",
+    "probe_accuracy", "balanced_rows", "CorrelationStatistic",
+    "PER_ITEM_RANDOM", "ConfoundedDesignError", "has_all_orders", "READINGS", "answer_probs", "check_reading",
     "tempered", "ExpectationResult", "draw_random_scores", "pool_kind", "random_expectation",
     "random_expectation_ref", "random_item_scores", "random_label_shares", "Top1ChangeResult", "Top1FlipResult",
     "top1_change", "top1_flips", "win_probabilities", "mean_answer_distribution", "top1_change_sampled",

@@ -16,7 +16,21 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-from .hooks import ProbeError
+from ._result import (
+    Result,
+    ShapeError,
+    StatsError,
+    as_array,
+    as_rng,
+    check_confidence,
+    check_distributions,
+    check_n_boot,
+    check_orders,
+    mean_over_units,
+    need_items,
+    percentile_ci,
+)
+from .probing import chosen_option
 
 
 def logistic_loss(w: np.ndarray, xb: np.ndarray, onehot: np.ndarray, l2: float) -> tuple[float, np.ndarray]:
@@ -49,7 +63,7 @@ def predict(w: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ProbeResult:
+class ProbeResult(Result):
     """Held-out accuracy of a linear probe and of the majority baseline, with bootstrap CIs over items."""
 
     accuracy: float
@@ -66,18 +80,23 @@ class ProbeResult:
 def probe_accuracy(features, labels, groups, *, n_classes: int | None = None, n_folds: int = 5,
                    l2: float = 1.0, n_boot: int = 1000, confidence: float = 0.95, rng=None) -> ProbeResult:
     """Grouped K-fold probe of ``labels`` (N,) from ``features`` (N, d); ``groups`` (N,) are item ids."""
-    x = np.asarray(features, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.int64)
+    x = as_array(features, "features", 2, "(N, d) features")
+    try:
+        y = np.asarray(labels).astype(np.int64, casting="safe")
+    except TypeError:
+        raise StatsError("labels must be integer class indices") from None
     g = np.asarray(groups)
-    if x.ndim != 2 or len(x) != len(y) or len(y) != len(g):
-        raise ProbeError(f"features (N, d), labels (N,) and groups (N,) must agree; got {x.shape}, {y.shape}, "
+    if len(x) != len(y) or y.shape != g.shape or y.ndim != 1:
+        raise ShapeError(f"features (N, d), labels (N,) and groups (N,) must agree; got {x.shape}, {y.shape}, "
                          f"{g.shape}")
+    n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     units = np.unique(g)
-    if len(units) < 2:
-        raise ProbeError("a held-out probe needs at least 2 items")
-    rng = np.random.default_rng(rng)
+    need_items(len(units), 2, "a held-out probe")
     C = int(n_classes or y.max() + 1)
-    k = min(n_folds, len(units))
+    if y.min() < 0 or y.max() >= C or int(n_folds) < 2 or l2 < 0:
+        raise StatsError(f"labels must lie in 0..{C - 1}, n_folds >= 2 and l2 >= 0")
+    rng = as_rng(rng)
+    k = min(int(n_folds), len(units))
     fold_of = dict(zip(rng.permutation(units), np.arange(len(units)) % k))
     fold = np.array([fold_of[u] for u in g])
     hit = np.zeros(len(y))
@@ -89,12 +108,48 @@ def probe_accuracy(features, labels, groups, *, n_classes: int | None = None, n_
         hit[te] = predict(w, (x[te] - mu) / sd) == y[te]
         base[te] = np.bincount(y[tr], minlength=C).argmax() == y[te]
     per_unit = np.array([[hit[g == u].mean(), base[g == u].mean()] for u in units])  # (I, 2)
-    alpha = (1 - confidence) / 2
     if n_boot:
-        idx = rng.integers(0, len(units), size=(n_boot, len(units)))
-        boot = per_unit[idx].mean(axis=1)  # (B, 2)
-        lo, hi = np.quantile(boot, [alpha, 1 - alpha], axis=0)
+        lo, hi = percentile_ci(mean_over_units(per_unit, n_boot, rng), confidence)
     else:
         lo = hi = np.full(2, np.nan)
     return ProbeResult(float(hit.mean()), float(lo[0]), float(hi[0]), float(base.mean()), float(lo[1]),
                        float(hi[1]), len(y), len(units), k)
+
+
+@dataclass(frozen=True)
+class LinearSummary(Result):
+    """Per exported layer (``layers``) and feature site ('answer': the answer position; 'line ends': every option
+    line's end, concatenated by position), the held-out accuracy of a linear probe (:func:`probe_accuracy`) for
+    the labels 'chosen position' (the position of the option the model ranks first) and 'chosen option' (that
+    option's canonical index). ``results[(label, site)]``: one ProbeResult per layer."""
+
+    layers: np.ndarray
+    results: dict
+
+
+def linear_summary(hidden, layers, probs, option_orders, *, l2: float = 1.0, n_folds: int = 5,
+                   n_boot: int = 1000, confidence: float = 0.95, rng=None) -> LinearSummary:
+    """``hidden[I, K, len(layers), 1 + n, d]`` (answer position, then each option line's end by position) and
+    the model's ``probs[I, K, n]`` (the labels)."""
+    h = as_array(hidden, "hidden", 5, "[items, orderings, layers, 1 + options, d]")
+    p = as_array(probs, "probs", 3, "[items, orderings, options]")
+    check_distributions(p, "probs")
+    I, K, Lh, sites, d = h.shape
+    n = p.shape[2]
+    ly = np.asarray(layers)
+    if (I, K) != p.shape[:2] or sites != 1 + n or ly.shape != (Lh,):
+        raise ShapeError(f"hidden {h.shape} must be (I, K, {len(ly)} layers, 1 + n, d) for probs {p.shape}")
+    orders = check_orders(option_orders, K, n)
+    rng = as_rng(rng)
+    opt, pos = chosen_option(p, orders)
+    groups = np.repeat(np.arange(I), K)
+    labels = {"chosen position": pos.ravel(), "chosen option": opt.ravel()}
+    results: dict[tuple, list[ProbeResult]] = {}
+    for name, y in labels.items():
+        for site in ("answer", "line ends"):
+            results[(name, site)] = [
+                probe_accuracy((h[:, :, i, 0] if site == "answer" else h[:, :, i, 1:]).reshape(I * K, -1), y,
+                               groups, n_classes=n, n_folds=n_folds, l2=l2, n_boot=n_boot,
+                               confidence=confidence, rng=rng)
+                for i in range(Lh)]
+    return LinearSummary(ly, results)
