@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         load["after_plain"] = os.getloadavg()
     diff = max(max(np.abs(a[0] - b[0]).max(), np.abs(a[1] - b[1]).max()) for a, b in zip(fast_out, plain_out))
     n_patches = len(items) * len(pairs) * len(sites)
-    n_forwards = len(items) * (len(wl.orderings) * 2 + n_patches)
+    n_forwards = len(items) * len(wl.orderings) * 2 + n_patches  # sources recorded + clean targets, + patches
     tokens = [len(p.ids) for pp in prompts for p in pp]
     logits_note = "all positions' logits" if args.plain_logits == "all" else "logits only where read"
     rows = [{"method": f"plain (hooks, one full forward per prompt and per patch, {logits_note})", "seconds": plain_s,
