@@ -310,7 +310,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--data-dir", default=os.environ.get("LOGITJUDGE_DATA", "/work/shared/data"))
+    ap.add_argument("--data-dir", default=None,
+                    help="data folder (default: $LOGITJUDGE_DATA, else ../shared/data, as every data loader)")
     ap.add_argument("--out", default="benchmarks/results/probe_study", help="probe table + page folder")
     ap.add_argument("--json", default="benchmarks/results/probe_study.json")
     ap.add_argument("--figure", default="docs/figures/probe_hanna.png")

@@ -1,6 +1,6 @@
 """Paper-style reproduction on a small judge: the study's findings side by side with the numbers we get.
 
-Runs four experiments (each a :mod:`logitjudge.experiment` spec, with its own report folder):
+Runs five experiments (each a :mod:`logitjudge.experiment` spec, with its own report folder):
 
 * ``hanna``: HANNA stories, 2 criteria, balanced orderings -> chi-square / Cramér's V, direction, human
   correlation and budget curves (gain at K=3 / K=5, BALANCED vs RANDOM at equal K);
