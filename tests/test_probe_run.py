@@ -61,6 +61,12 @@ def test_resumed_probe_equals_uninterrupted(lm, tmp_path, monkeypatch):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(full, name))
         np.testing.assert_array_equal(getattr(resumed, name), getattr(full, name))
     assert loaded.item_ids == full.item_ids and loaded.labels == ["1", "2", "3", "4", "5"]
+    redone.clear()  # a finished table of the same settings is reused, not probed again
+    again = run_mod.probe(lm, _items(), rub, orders, out=out, **kw)
+    assert not redone and np.array_equal(again.patched, full.patched)
+    redone.clear()  # other settings: probed anew
+    run_mod.probe(lm, _items(), rub, orders, out=out, **dict(kw, hidden_layers=[1]))
+    assert len(redone) == len(_items())
     with pytest.raises(ProbeError, match="other settings"):
         (tmp_path / "q.npz.partial").mkdir()
         (tmp_path / "q.npz.partial" / "fingerprint").write_text("something else")

@@ -57,12 +57,12 @@ def test_attention_by_position_and_the_position_index_ci():
     probs = np.tile([[[0.9, 0.1], [0.1, 0.9]]], (I, 1, 1))  # the model picks whatever is shown first
     res = st.attention_summary(att, orders, probs, n_boot=200, rng=0)
     assert res.by_position[0, 0] == pytest.approx([w.mean(), 0.1])
-    share = w.mean() / (w.mean() + 0.1)
-    assert res.position_index[0] == pytest.approx([share - 0.5, 0.0])
+    per_item = w / (w + 0.1) - 0.5  # each item's share of position 0 among the option lines, minus 1/n
+    assert res.position_index[0] == pytest.approx([per_item.mean(), 0.0])
     assert res.top_position[0, 0] == 0
-    lo, hi = res.position_index_ci
-    per_item = w / (w + 0.1) - 0.5
-    assert per_item.min() <= lo[0, 0] <= hi[0, 0] <= per_item.max() and lo[0, 1] == hi[0, 1] == 0
+    lo, hi = res.position_index_ci  # the CI of the same estimator holds it
+    assert per_item.min() <= lo[0, 0] <= res.position_index[0, 0] <= hi[0, 0] <= per_item.max()
+    assert lo[0, 1] == hi[0, 1] == 0
     assert res.follows_choice[0, 0] == pytest.approx(w.mean() - 0.1)  # the chosen option is the one shown first
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from .prompts import probe_prompts
 from .table import ProbeCheckpoint, ProbeTable
 
 PROBES = ("lens", "attention", "patch", "linear")
+log = logging.getLogger(__name__)
 
 
 def check_probe_args(probes, option_orders, *, pairs: str = "reverse", kinds=KINDS) -> tuple[str, ...]:
@@ -77,7 +80,13 @@ def probe(lm, items, rubric, option_orders, *, probes=PROBES, template=None, cri
     mode = forward_mode(model, mode) if "patch" in probes else mode
     settings = {"mode": "probe", "probes": probes, "criterion": criterion, "pairs": pairs, "kinds": list(kinds),
                 "hidden_layers": layers if "linear" in probes else []}
-    ckpt = ProbeCheckpoint(out, run_fingerprint(lm, rubric, items, orders, template, settings))
+    fingerprint = run_fingerprint(lm, rubric, items, orders, template, settings)
+    if out is not None and Path(out).exists():  # a finished table of these settings is reused, as by `score`
+        done = ProbeTable.load(out)
+        if done.meta.get("fingerprint") == fingerprint:
+            log.info("reusing the finished probe table %s (same settings)", out)
+            return done
+    ckpt = ProbeCheckpoint(out, fingerprint)
     t0 = time.perf_counter()
     from tqdm.auto import tqdm
 
@@ -115,7 +124,8 @@ def probe(lm, items, rubric, option_orders, *, probes=PROBES, template=None, cri
                        meta={"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype,
                              "probes": list(probes), "pairs": pairs, "forward_mode": mode,
                              "n_layers": arch.n_layers, "n_heads": arch.n_heads,
-                             "template": template.name, "seconds": time.perf_counter() - t0}, **stack)
+                             "template": template.name, "seconds": time.perf_counter() - t0,
+                             "fingerprint": fingerprint}, **stack)
     if out is not None:
         table.save(out)
         ckpt.finish()

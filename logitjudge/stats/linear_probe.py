@@ -49,13 +49,28 @@ def logistic_loss(w: np.ndarray, xb: np.ndarray, onehot: np.ndarray, l2: float) 
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, n_classes: int, *, l2: float = 1.0) -> np.ndarray:
-    """Weights (d + 1, C) minimising :func:`logistic_loss` (L-BFGS, exact gradient)."""
+    """Weights (d + 1, C) minimising :func:`logistic_loss` (L-BFGS, exact gradient).
+
+    With more features than samples (hidden states of every option line: d ~ 3,000 for ~100 prompts) the fit
+    runs in the span of the training rows: for l2 > 0 the penalised weights of the optimum lie there (a part
+    orthogonal to every row changes no logit and only adds to the penalty), so fitting the coordinates in an
+    orthonormal basis V of that span (x @ V, r <= N columns) and mapping back (V @ w') is the same optimum,
+    reached in r instead of d dimensions."""
     n, d = x.shape
+    basis = None
+    if l2 > 0 and d > n:
+        _, sv, vt = np.linalg.svd(x, full_matrices=False)  # (r, d) rows spanning the training rows
+        basis = vt[sv > sv[0] * 1e-10].T if sv[0] > 0 else np.zeros((d, 0))  # (d, r)
+        x = x @ basis  # (N, r)
     xb = np.hstack([x, np.ones((n, 1))])
     onehot = np.eye(n_classes)[y]
-    res = minimize(logistic_loss, np.zeros((d + 1) * n_classes), args=(xb, onehot, l2), jac=True,
+    k = x.shape[1]
+    res = minimize(logistic_loss, np.zeros((k + 1) * n_classes), args=(xb, onehot, l2), jac=True,
                    method="L-BFGS-B", options={"maxiter": 500})
-    return res.x.reshape(d + 1, n_classes)
+    w = res.x.reshape(k + 1, n_classes)
+    if basis is None:
+        return w
+    return np.vstack([basis @ w[:-1], w[-1:]])  # back to the d features, bias row last
 
 
 def predict(w: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -148,9 +148,9 @@ class AttentionSummary(Result):
 
     ``by_position[L, H, p]``: on the whole option line shown at position p (line + its end); ``end_by_position``:
     on its last token only; ``by_option[L, H, o]``: on the line of canonical option o wherever it is shown;
-    ``other[L, H, 3]``: instructions, text, rest. ``position_index[L, H]``: the largest share of a position among
-    the head's option-line mass minus 1/n (0: no position favoured), ``top_position`` the position, CI over
-    items for that position's share minus 1/n. ``follows_choice[L, H]``: mass on the chosen option's line minus
+    ``other[L, H, 3]``: instructions, text, rest. ``position_index[L, H]``: the largest mean over items of a
+    position's share of the head's option-line mass, minus 1/n (0: no position favoured), ``top_position`` the
+    position, CI over items of the same mean. ``follows_choice[L, H]``: mass on the chosen option's line minus
     the mean on the other lines (> 0: the head follows the content the model picks, in whatever position)."""
 
     by_position: np.ndarray
@@ -185,9 +185,10 @@ def attention_summary(attention, option_orders, probs, *, n_boot: int = 1000, co
     follows = on_chosen - (by_opt.sum(-1) - on_chosen) / (n - 1)  # (I, K, L, H)
     per_item = lines.mean(1)  # (I, L, H, n)
     pos_mean, pos_lo, pos_hi = _mean_ci(per_item, n_boot, rng, confidence)
-    share = pos_mean / np.maximum(pos_mean.sum(-1, keepdims=True), 1e-300)
+    # the index and its CI are one estimator: the mean over items of each item's share of the top position
+    item_share = per_item / np.maximum(per_item.sum(-1, keepdims=True), 1e-300)  # (I, L, H, n)
+    share = item_share.mean(0)  # (L, H, n)
     top = share.argmax(-1)  # (L, H)
-    item_share = per_item / np.maximum(per_item.sum(-1, keepdims=True), 1e-300)
     at_top = np.take_along_axis(item_share, top[None, ..., None], axis=-1)[..., 0] - 1.0 / n  # (I, L, H)
     _, idx_lo, idx_hi = _mean_ci(at_top, n_boot, rng, confidence)
     fol, fol_lo, fol_hi = _mean_ci(follows.mean(1), n_boot, rng, confidence)
