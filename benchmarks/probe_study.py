@@ -193,21 +193,18 @@ def print_tables(out: dict) -> None:
 def draw(out: dict, res: dict, path: Path) -> Path:
     from matplotlib.figure import Figure
 
+    from logitjudge.report.probe import heatmap
+
     fig = Figure(figsize=(12, 6.4))
     axes = fig.subplots(2, 3)
     a = axes[0, 0]
     lens = res.get("lens")
     if lens:
         lo = np.array(lens["log_odds"], dtype=float)
-        v = np.abs(lo).max() or 1.0
-        im = a.imshow(lo, aspect="auto", origin="lower", cmap="RdBu_r", vmin=-v, vmax=v, interpolation="nearest")
+        heatmap(a, lo, "lens: log-odds gained at each position", "position", "layer", fig=fig)
         a.set_xticks(range(lo.shape[1]), [str(i + 1) for i in range(lo.shape[1])])
-        fig.colorbar(im, ax=a, shrink=0.8)
         if lens["emerges_at"] is not None:
             a.axhline(lens["emerges_at"] - 0.5, color="black", lw=1)
-        a.set_title("lens: log-odds gained at each position", fontsize=9)
-        a.set_xlabel("position")
-        a.set_ylabel("layer")
         b = axes[0, 1]
         L = len(lo)
         b.plot(range(L), lens["share_of_final"], "o-", color="#1f77b4", label="share of the output's effect")
@@ -248,30 +245,24 @@ def draw(out: dict, res: dict, path: Path) -> Path:
             ly, hd = np.array(patch["layer"])[heads], np.array(patch["head"])[heads]
             m = np.full((ly.max() + 1, hd.max() + 1), np.nan)
             m[ly, hd] = drop[heads]
-            v = np.nanmax(np.abs(m)) or 1.0
-            im = d.imshow(m, aspect="auto", origin="lower", cmap="RdBu_r", vmin=-v, vmax=v, interpolation="nearest")
-            fig.colorbar(im, ax=d, shrink=0.8)
+            heatmap(d, m, "single heads: drop (* CI above 0)", "head", "layer", fig=fig)
             for i in np.flatnonzero(heads):
                 if lo[i] > 0:
                     d.text(patch["head"][i], patch["layer"][i], "*", ha="center", va="center", fontsize=9)
             d.set_xticks(range(m.shape[1]))
-        d.set_title("single heads: drop (* CI above 0)", fontsize=9)
-        d.set_xlabel("head")
-        d.set_ylabel("layer")
+        else:
+            d.axis("off")
     else:
         c.axis("off")
         axes[1, 0].axis("off")
     e = axes[1, 1]
     if att:
         idx = np.array(att["position_index"], dtype=float)
-        im = e.imshow(idx, aspect="auto", origin="lower", cmap="Reds", interpolation="nearest")
-        fig.colorbar(im, ax=e, shrink=0.8)
+        heatmap(e, idx, "attention to one position:\ntop share − 1/5 (digit: the position)", "head", "layer",
+                cmap="Reds", center=False, fig=fig)
         for (ly, h), p in np.ndenumerate(np.array(att["top_position"])):
             e.text(h, ly, str(p + 1), ha="center", va="center", fontsize=6)
         e.set_xticks(range(idx.shape[1]))
-        e.set_title("attention to one position:\ntop share − 1/5 (digit: the position)", fontsize=9)
-        e.set_xlabel("head")
-        e.set_ylabel("layer")
     else:
         e.axis("off")
     f = axes[1, 2]

@@ -35,7 +35,8 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _heat(ax, m, title, xlabel, ylabel, cmap="RdBu_r", center=True, fig=None):
+def heatmap(ax, m, title, xlabel, ylabel, cmap="RdBu_r", center=True, fig=None):
+    """``m[layer, x]`` on ``ax`` with layers upwards and a colour bar (centred on 0 when ``center``)."""
     v = np.nanmax(np.abs(m)) if center else None
     im = ax.imshow(m, aspect="auto", origin="lower", cmap=cmap, vmin=-v if center else None,
                    vmax=v if center else None, interpolation="nearest")
@@ -48,7 +49,7 @@ def _heat(ax, m, title, xlabel, ylabel, cmap="RdBu_r", center=True, fig=None):
 def plot_lens(res, path: Path) -> Path:
     fig = Figure(figsize=(9, 4))
     a, b = fig.subplots(1, 2)
-    _heat(a, res.log_odds, "lens position effect (log-odds gained at each position)", "position", "layer",
+    heatmap(a, res.log_odds, "lens position effect (log-odds gained at each position)", "position", "layer",
           fig=fig)
     L = len(res.pvalue)
     b.plot(np.arange(L), -np.log10(np.maximum(res.pvalue_holm, 1e-300)), "o-", color="#d62728")
@@ -64,11 +65,11 @@ def plot_lens(res, path: Path) -> Path:
 def plot_attention(att, path: Path) -> Path:
     fig = Figure(figsize=(9, 4))
     a, b = fig.subplots(1, 2)
-    _heat(a, att.position_index, "attention to a position: top share − 1/n", "head", "layer", cmap="Reds",
+    heatmap(a, att.position_index, "attention to a position: top share − 1/n", "head", "layer", cmap="Reds",
           center=False, fig=fig)
     for (ly, h), p in np.ndenumerate(att.top_position):
         a.text(h, ly, str(p), ha="center", va="center", fontsize=6)
-    _heat(b, att.follows_choice, "attention to the chosen option's line − others", "head", "layer", fig=fig)
+    heatmap(b, att.follows_choice, "attention to the chosen option's line − others", "head", "layer", fig=fig)
     return _save(fig, path)
 
 
@@ -90,7 +91,7 @@ def plot_patching(pat, path: Path) -> Path:
     if heads.any():
         m = np.full((pat.layer.max() + 1, pat.head.max() + 1), np.nan)
         m[pat.layer[heads], pat.head[heads]] = pat.to_source[heads]
-        _heat(b, m, "single heads patched", "head", "layer", fig=fig)
+        heatmap(b, m, "single heads patched", "head", "layer", fig=fig)
     else:
         b.axis("off")
     return _save(fig, path)
