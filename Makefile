@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # torch first, pinned to the CPU build on this machine's disk; an unpinned torch pulls a multi-GB CUDA build.
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml setup.py
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
@@ -37,4 +37,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
 
 clean:
-	rm -rf $(VENV) out build *.egg-info
+	rm -rf $(VENV) out build dist *.egg-info
