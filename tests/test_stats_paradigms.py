@@ -10,6 +10,7 @@ from scipy import stats as sps
 
 from logitjudge import stats as st
 from logitjudge.orderings import balanced, inverse
+from logitjudge.report.compare import comparison_table, plot_comparison
 
 
 def sig(x):
@@ -383,7 +384,7 @@ def test_top1_agreement_with_humans_by_hand():
     assert c.top1_human[0] == pytest.approx((0.5 + 1.0) / 2)  # group a: judge {0, 1}, human {0}; b: {4} of {3, 4}
 
 
-def test_the_comparison_reads_each_paradigms_bias_and_cost():
+def test_the_comparison_reads_each_paradigms_bias_and_cost(tmp_path):
     human, groups, summ = summaries(beta_pair=3.0)
     c = st.compare_paradigms(summ, human, rng=0, n_boot=200)
     assert c.paradigms == ("pointwise", "pairwise", "listwise") and c.bias_unit == ("item", "pair", "group")
@@ -391,6 +392,11 @@ def test_the_comparison_reads_each_paradigms_bias_and_cost():
     assert c.bias_pvalue[1] < 1e-6 and c.first_slot_share[1] > 0.5 and c.swap_consistency[1] < 1
     assert c.bias_pvalue[2] == 1.0 and c.top1_flip[2] == 0.0  # the listwise judge is order-blind here
     assert np.isnan(c.swap_consistency[[0, 2]]).all()
+    d = c.to_dict()
+    table = comparison_table(d)
+    assert table.count("\n| ") == 3 and "pairwise" in table and "clusters = pointwise: item" in table
+    png = plot_comparison(c, tmp_path / "compare.png")
+    assert png.stat().st_size > 20_000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_sampled_reading_and_refusals():
