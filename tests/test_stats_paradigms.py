@@ -51,7 +51,7 @@ def pointwise_judge(quality, beta=0.0, n=5):
 
 
 # ---- the cluster-robust slot test ------------------------------------------------------------------------------
-def test_two_slots_equal_the_cluster_robust_z_test_by_hand():
+def test_two_slots_equal_the_cluster_robust_t_test_by_hand():
     rng = np.random.default_rng(3)
     sizes = rng.integers(1, 6, size=30)
     cl = np.repeat(np.arange(30), sizes)
@@ -64,7 +64,8 @@ def test_two_slots_equal_the_cluster_robust_z_test_by_hand():
     z2 = (p1 - 0.5) ** 2 / var
     assert r.statistic_corrected == pytest.approx(z2, rel=1e-10)
     assert r.dof == pytest.approx(1.0)
-    assert r.pvalue == pytest.approx(sps.chi2.sf(z2, 1), rel=1e-9)
+    # F(1, C - 1) of z^2: the cluster-robust t-test with C - 1 degrees of freedom
+    assert r.pvalue == pytest.approx(2 * sps.t.sf(np.sqrt(z2), c - 1), rel=1e-9)
     assert r.design_effect == pytest.approx(var / (0.25 / n), rel=1e-10)
     assert r.statistic == pytest.approx(sps.chisquare(np.bincount(ans, minlength=2)).statistic)
     assert r.pvalue_per_prompt == pytest.approx(sps.chisquare(np.bincount(ans, minlength=2)).pvalue)

@@ -18,9 +18,12 @@ unit whose prompts are correlated. With N the answered weight, p_s the pooled sh
   V is the cluster-robust linearisation covariance of the shares, C/(C-1) sum_c r_c r_c' / N^2 with
   r_c = y_c - m_c p (y_c the cluster's answered weight per slot, m_c its total, C clusters); P0 the
   multinomial covariance (diag(1/k) - 1/k^2)/N; D = P0^-1 V on the first k-1 slots (the generalised design
-  effects). X^2 / (tr D^2 / tr D) is referred to chi^2 with tr(D)^2 / tr(D^2) degrees of freedom (``dof``,
-  fractional). When every cluster has the same slot shares, V = 0: p = 0 if those shares are not uniform (the
-  deviation is the same in every cluster) and 1 if they are. Rao-Scott rather than a permutation of the slot
+  effects). The corrected statistic X^2_RS = X^2 / (tr D^2 / tr D) has d = tr(D)^2 / tr(D^2) degrees of
+  freedom (``dof``, fractional) and is referred, as R's ``survey::svychisq`` does by default, to an F
+  distribution: X^2_RS / d ~ F(d, d (C - 1)), which allows for V being estimated from C clusters (a chi^2(d)
+  reference, its limit for many clusters, gives absurdly small p from a dozen clusters). When every cluster has
+  the same slot shares, V = 0: p = 0 if those shares are not uniform (the deviation is the same in every
+  cluster) and 1 if they are. Rao-Scott rather than a permutation of the slot
   labels within each cluster: that permutation is exchangeable under "no position bias" only when a cluster's
   orderings form a group acting on the slots (balanced designs), while Rao-Scott holds for any design
   (balanced, per-item random, pairs in both orders, ragged lists) and is deterministic. It is asymptotic in
@@ -86,7 +89,8 @@ _ZERO = 1e-12  # a variance (or X^2 per unit weight) below this is zero
 @dataclass(frozen=True)
 class RaoScottResult(Result):
     """Pearson's X^2 of pooled cluster counts against uniform shares with its Rao-Scott second-order p-value
-    (see the module doc): ``statistic_corrected`` = X^2 / (tr D^2 / tr D) on ``dof`` = tr(D)^2 / tr(D^2)."""
+    (see the module doc): ``statistic_corrected`` = X^2 / (tr D^2 / tr D) on ``dof`` = d = tr(D)^2 / tr(D^2);
+    ``pvalue`` from F(d, d (C - 1)) of ``statistic_corrected`` / d."""
 
     statistic: float
     statistic_corrected: float
@@ -159,8 +163,8 @@ def rao_scott_gof(cluster_counts) -> RaoScottResult:
                               0.0, naive, float(n), y.shape[0])
     scale, dof = t2 / t1, t1 * t1 / t2
     stat = x2 / scale
-    return RaoScottResult(x2, float(stat), float(sps.chi2.sf(stat, dof)), float(dof), deff, naive, float(n),
-                          y.shape[0])
+    p = float(sps.f.sf(stat / dof, dof, dof * (y.shape[0] - 1)))
+    return RaoScottResult(x2, float(stat), p, float(dof), deff, naive, float(n), y.shape[0])
 
 
 def cramers_v_corrected(chi2, n, k: int, *, design_effect=1.0):
