@@ -97,7 +97,7 @@ def test_a_shared_first_position_bias_stays_significant():
     rng = np.random.default_rng(1)
     p, values, orders = pointwise_judge(rng.uniform(1, 5, 200), beta=0.7)
     s = st.pointwise_summary(p, values, orders, np.repeat(np.arange(40), 5), n_boot=200, rng=0)
-    assert s.slot_test.pvalue < 1e-3 and s.slot_test.label == "first" and s.slot_test.favoured == (0,)
+    assert s.slot_test.pvalue < 1e-3 and s.slot_test.label == "first" and s.slot_test.favoured_index == (0,)
     assert s.slot_test.cramers_v_ci_low > 0
 
 

@@ -35,7 +35,11 @@ def _ci(d: dict, key: str, j: int, digits: int = 2) -> str:
 
 
 def _p(x) -> str:
-    return "n/a" if x is None else (f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}")
+    if x is None:
+        return "n/a"
+    if x == 0:
+        return "<1e-300"  # below double precision (or every cluster showing the same non-uniform shares)
+    return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
 
 
 def _count(x) -> str:

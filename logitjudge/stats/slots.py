@@ -183,9 +183,10 @@ class SlotTestResult(Result):
     """Position bias of the answered slot with clusters as the unit (definitions in the module doc).
 
     ``counts[slot]`` / ``shares[slot]``: answered weight and share of each slot (slot 1 first), with percentile
-    bootstrap CIs over clusters; ``label`` / ``favoured`` (slot indices from 0) / ``label_reason`` as in the
-    rubric position test (``favoured``: the slots whose share's lower bound lies above 1/k; without a bootstrap,
-    the largest share). ``reading`` names how the prompts' answers were read; ``unit`` what a cluster is.
+    bootstrap CIs over clusters; ``label`` / ``label_reason`` as in the rubric position test;
+    ``favoured_index`` (0-based: slot 1 is index 0): the slots whose share's lower bound lies above 1/k
+    (without a bootstrap, the largest share). ``reading`` names how the prompts' answers were read; ``unit``
+    what a cluster is.
     """
 
     statistic: float
@@ -208,7 +209,7 @@ class SlotTestResult(Result):
     n_slots: int
     label: str
     label_reason: str
-    favoured: tuple
+    favoured_index: tuple
     reading: str
     unit: str
     alpha: float
