@@ -33,7 +33,8 @@ def test_analyze_returns_every_section(planted):
     res = analyze(t, human=human, rng=0, n_boot=60, n_draws=5)
     for s in SECTIONS:
         assert res[s], f"section {s} missing: {res['skipped']}"
-    assert res["verdict"].startswith("C0: first-position bias, Cramér's V")
+    assert res["verdict"].startswith("C0: first-position bias (p = ")
+    assert "Cramér's V" in res["verdict"] and "items as clusters" in res["verdict"]
     assert "C1: first-position bias" in res["verdict"]
     assert res["table"]["design"] == "balanced"
     assert res["position"]["C0"]["chi_square"]["label"] == "first"
@@ -55,7 +56,7 @@ def test_analyze_returns_every_section(planted):
 def test_analyze_skips_with_reasons_and_names_the_direction():
     t = planted_table(150, 4, position_bias=[0, 0, 0, 0.8], prompt_noise=0.4, rng=2)
     res = analyze(t, n_boot=50)
-    assert res["verdict"].startswith("last-position bias, Cramér's V")
+    assert res["verdict"].startswith("last-position bias (p = ") and "favoured position 4" in res["verdict"]
     for s in ["alignment", "budget", "rank_stability", "criterion_position"]:
         assert res[s] is None
     assert res["skipped"]["alignment"] == "no human scores given"

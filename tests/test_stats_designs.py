@@ -20,6 +20,7 @@ from logitjudge.stats import (
     position_label,
     probs_by_position,
 )
+from logitjudge.stats.direction import count_list
 from logitjudge.table import ScoreTable
 
 
@@ -163,8 +164,9 @@ def test_per_item_random_needs_enough_prompts():
 def test_u_shaped_preference_is_edges_not_first():
     t = planted_table(300, 5, position_bias=[0.6, 0.0, -0.4, 0.0, 0.6], prompt_noise=0.5, rng=2)
     res = position_chisquare(t.probs_by_position()[:, 0], t.option_orders, n_boot=300, rng=0)
-    assert res.label == "edges" and res.favoured == (0, 4) and res.pvalue < 1e-6
-    assert str(res.counts.round(2).tolist()) in res.label_reason  # the verdict quotes the counts it rests on
+    assert res.label == "edges" and res.favoured == (1, 5) and res.favoured_index == (0, 4) and res.pvalue < 1e-6
+    assert str(count_list(res.counts)) in res.label_reason  # the verdict quotes the counts it rests on
+    assert "positions [1, 5]" in res.label_reason  # numbered as a person counts them
     # the counts, without a bootstrap: the two ends tie at the top
     c = np.array([30, 21, 12, 17, 30])
     p = sps.chisquare(c).pvalue

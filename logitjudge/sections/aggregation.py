@@ -17,7 +17,7 @@ class Aggregation(Section):
                "orders) and the mean absolute change of an item's score between FIXED and the debiased reference "
                "(BALANCED, or RANDOM's expectation without balanced rows). Scores use the {reading}.")
     NOTE = ("Scores use the {reading}. RANDOM is the exact expectation of an item's score over orders drawn "
-            "uniformly from its rows (no draw: no Monte-Carlo error).")
+            "uniformly from its RANDOM pool (closed form, the same for every K: no Monte-Carlo error).")
 
     def compute(self, ctx: Context, c: int | None = None) -> dict:
         scores = ctx.strategy_scores(c)

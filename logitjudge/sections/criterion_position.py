@@ -51,8 +51,8 @@ class CriterionPosition(Section):
                    f"{fmt(cp['spread_ci_high'][j], 2)}]", _null(cp, j), fmt(_get(cp, "excess_spread", j), 2),
                    fmt(cp["pvalue"][j], 4)]
                 for j, name in enumerate(analysis["table"]["criteria"])]
-        header = ["criterion"] + [f"pos {p}" for p in range(k)] + ["spread (points)", "null spread mean [95% q]",
-                                                                   "excess", f"p ({cp['test']})"]
+        header = (["criterion"] + [f"position {p + 1}" for p in range(k)]
+                  + ["spread (points)", "null spread mean [95% q]", "excess", f"p ({cp['test']})"])
         return md_table(header, rows) + ["", f"- Permutation null: {cp.get('n_perm')} within-item shuffles."]
 
     def summary(self, analysis: dict) -> list[str]:
