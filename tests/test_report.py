@@ -5,6 +5,7 @@ import html
 import json
 import re
 import shutil
+import struct
 import subprocess
 
 import pytest
@@ -49,6 +50,31 @@ def test_every_plot_is_a_png(full):
         assert p == paths["folder"] / "plots" / f"{name}.png", name
         data = p.read_bytes()
         assert data.startswith(PNG) and len(data) > 1024, name
+        width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
+        assert width >= 800 and height >= 600, (name, width, height)  # legible: was 420 x 320 px
+
+
+def test_report_page_fixes(full, bare):
+    """The page issue 22 found wrong: RANDOM's K=1 correlation one estimate in the alignment and budget tables,
+    PriDe's bullet beside its bar, the budget box never empty, '1 group' in the singular."""
+    from logitjudge.sections import SECTIONS
+    from logitjudge.sections.budget import _box_lines
+
+    res, paths = full
+    sec = {s.name: s for s in SECTIONS}
+    for c in res["alignment"]:
+        rnd = res["alignment"][c]["item"]["random"]["pearson"]
+        assert rnd["statistic"] == res["budget"][c]["curves"]["random"][0]  # one estimate, not two
+        assert rnd["se"] == res["budget"][c]["curves_se"]["random"][0]
+    md = paths["markdown"].read_text(encoding="utf-8")
+    assert all("PriDe (held-out items)" in line for line in sec["alignment"].summary(res))
+    assert "RANDOM (K=1) 0." in md and ("(MC SE)" in md or "(exact)" in md)
+    for b in res["budget"].values():
+        box = _box_lines(b)
+        assert box and all(": +" in line or ": -" in line for line in box), box  # the gain at K=3 / K=5
+    one = {"table": {"criteria": ["C"]}, "rank_stability": {"C": dict(res["rank_stability"]["Coherence"])}}
+    one["rank_stability"]["C"]["top1_flips"] = dict(one["rank_stability"]["C"]["top1_flips"], n_groups=1)
+    assert "over 1 group;" in sec["rank_stability"].summary(one)[0]
 
 
 def test_results_json_holds_every_number(full):

@@ -86,7 +86,8 @@ def test_per_item_table_views_and_round_trip(tmp_path):
     np.testing.assert_array_equal(probs_by_position(t.probs[:, 0], t.option_orders), pbp[:, 0])
     df = t.to_dataframe()
     row = df[(df.item_id == t.item_ids[3]) & (df.ordering == 2) & (df.option == 1)].iloc[0]
-    assert row.position == int(np.flatnonzero(t.option_orders[3, 2] == 1)[0])
+    assert row.position_index == int(np.flatnonzero(t.option_orders[3, 2] == 1)[0])
+    assert row.position == row.position_index + 1  # as the prompt numbers it
     back = ScoreTable.load(t.save(tmp_path / "t.npz"))
     np.testing.assert_array_equal(back.option_orders, t.option_orders)
     np.testing.assert_array_equal(back.probs, t.probs)

@@ -72,7 +72,7 @@ class CriterionPosition(Section):
         with np.errstate(invalid="ignore"):
             rows_ok = np.isfinite(m).any(axis=1)
             shift = m - np.where(rows_ok, np.nanmean(np.where(np.isfinite(m), m, np.nan), axis=1), 0)[:, None]
-        fig = _plot.figure(1.2 * m.shape[1] + 3.5, 0.5 * m.shape[0] + 2.0)
+        fig = _plot.figure(max(6.0, 1.2 * m.shape[1] + 3.5), max(4.0, 0.5 * m.shape[0] + 2.0))
         ax = fig.add_subplot()
         vmax = float(np.nanmax(np.abs(shift))) if np.isfinite(shift).any() else 1.0
         vmax = vmax if vmax > 0 else 1.0

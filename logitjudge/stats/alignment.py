@@ -54,9 +54,16 @@ def _corr_rows(x: np.ndarray, y: np.ndarray, method: str) -> np.ndarray:
 
 
 def _kendall_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Kendall's tau-b of each row pair (scipy's default), vectorised over rows in chunks of bounded memory:
-    (concordant - discordant) / sqrt(pairs untied in x * pairs untied in y)."""
+    """Kendall's tau-b of each row pair (scipy's default): (concordant - discordant) / sqrt(pairs untied in x *
+    pairs untied in y), over all pairs at once for short rows (the many replicates of an enumeration or a
+    Monte-Carlo expectation); long rows go to scipy's O(n log n) algorithm one by one."""
     x, y = np.broadcast_arrays(x, y)
+    if x.shape[1] > 64:
+        out = np.full(x.shape[0], np.nan)
+        for b in range(x.shape[0]):
+            if np.ptp(x[b]) > 0 and np.ptp(y[b]) > 0:
+                out[b] = sps.kendalltau(x[b], y[b]).statistic
+        return out
     i, j = np.triu_indices(x.shape[1], 1)
     out = np.full(x.shape[0], np.nan)
     step = max(1, int(4e6 // max(i.size, 1)))
