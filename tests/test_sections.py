@@ -189,3 +189,17 @@ def test_shared_random_design_skips_the_chi_square_with_the_reason():
         next(v for k, v in res["skipped"].items() if k.endswith("chi_square"))
     assert "shared by every item" in why and "random:K" in why
     assert "position bias not tested" in res["verdict"]
+
+
+def test_all_orders_table_compares_random_and_balanced_at_the_rotations_budget():
+    """On all n! orders BALANCED is the 2n rotations inside the table: RANDOM's top-1 change is taken at that K,
+    drawn from every permutation, and the per-item scores say K=2n."""
+    from synthetic import planted_table
+
+    from logitjudge.sections.scores import item_scores
+
+    t = planted_table(24, 4, orderings="all", position_bias=[0.6, 0, 0, 0], prompt_noise=0.5, n_groups=6, rng=1)
+    res = analyze(t, n_boot=20, n_draws=3, reading="greedy")
+    change = res["rank_stability"]["C0"]["top1_change"]
+    assert change["balanced"]["k"] == change["random"]["k"] == 8 and change["random"]["pool"] == "all orders"
+    assert set(item_scores(t).random_k) == {8}

@@ -134,10 +134,11 @@ class Context:
         return self._cached("random_pool", lambda: st.random_rows(self.table.option_orders))
 
     def budget_k(self) -> int:
-        """The budget K at which RANDOM is compared with BALANCED: the number of balanced rotations (2n) when the
-        table holds them, else the rows of RANDOM's pool (the K the table was scored with)."""
-        bal = self.balanced_part()
-        return len(bal[0]) if bal is not None else len(self.random_pool()[0])
+        """The budget K at which RANDOM is compared with BALANCED: the number of BALANCED's rows (the 2n rotations,
+        also when they sit inside all n! orders; every row of a balanced table) when the table holds them, else the
+        rows of RANDOM's pool (the K the table was scored with)."""
+        bal = st.balanced_rows(self.table.option_orders)  # the 2n rotations, also inside all n! orders
+        return len(bal) if bal is not None else len(self.random_pool()[0])
 
     def random_correlation(self, c: int, method: str, *, grouped: bool = False) -> st.ExpectationResult:
         """RANDOM's expected correlation with criterion ``c``'s human scores at K=1 (each item scored by one
