@@ -32,7 +32,9 @@ class Aggregation(Section):
                 + [f"{fmt(a['mean_abs_shift_fixed_vs_debiased'])} (vs {a['reference']})"]
                 for name, a in res.items()]
         notes = list(dict.fromkeys(n for a in res.values() for n in a.get("notes") or []))
-        return md_table(["criterion"] + [f"mean {s}" for s in strategies] + ["mean shift FIXED vs debiased"], rows) \
+        names = {"random": "mean random (exact)"}  # an item's RANDOM score is a closed form, for every K
+        return md_table(["criterion"] + [names.get(s, f"mean {s}") for s in strategies]
+                        + ["mean shift FIXED vs debiased"], rows) \
             + [""] + [f"- {n}" for n in notes]
 
     def summary(self, analysis: dict) -> list[str]:

@@ -84,7 +84,10 @@ class Position(Section):
                "panel title's direction, p-value (χ² with items as clusters, Rao-Scott) and bias-corrected "
                "Cramér's V come from the test on the answered positions ({chi}). Positions are numbered 1..n.")
     NOTE = ("Positions are numbered 1..n. Mean probability: the exact label distributions. Answer share, the "
-            "test (χ² with items as clusters) and Cramér's V: {chi}. Log-odds: "
+            "test and Cramér's V: {chi}. The test takes items as the unit (Rao-Scott's correction of Pearson's "
+            "χ², items as clusters); the design effect is how many times the pooled shares vary more than "
+            "independent prompts' (below 1 in balanced designs, whose rotations even out an item's answers). "
+            "Log-odds: "
             "the exact log-probabilities (log-linear position-effect model). Scores elsewhere use the {reading}.")
 
     def _fill(self, text: str, analysis: dict) -> str:
