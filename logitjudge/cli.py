@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--export", default=None, metavar="FILE",
                    help="write the table's long DataFrame (one row per item, criterion, ordering, option) to "
                         "FILE.parquet or FILE.csv instead of analysing it")
+    a.add_argument("--scores", default=None, metavar="FILE",
+                   help="also write one row per item and criterion (fixed, balanced, random, pride and human "
+                        "scores under --reading, label mass) to FILE.csv or FILE.parquet")
     add_flags(a, AnalysisSpec, dest_prefix="analysis.")
 
     r = command("run", "run an experiment spec (.toml): score, analyse, report")
@@ -100,6 +103,15 @@ def cmd_analyze(args) -> int:
     if args.human:
         human, groups = read_human_scores(args.human, group_by=args.group_by)
     a = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("analysis.")}
+    if args.scores:  # one row per item and criterion
+        from .sections.scores import item_scores, write_item_scores
+
+        path = Path(args.scores)
+        if path.suffix not in (".parquet", ".csv"):
+            raise UsageError(f"--scores {path}: the file must end in .csv or .parquet")
+        frame = write_item_scores(item_scores(table, reading=a["reading"], human=human, groups=groups or None),
+                                  path)
+        print(f"wrote {path}: {len(frame)} rows (one per item and criterion)", file=sys.stderr)
     res = analyze(table, human=human, groups=groups or None, rng=a["seed"], n_boot=a["n_boot"], method=a["method"],
                   n_draws=a["n_draws"], reading=a["reading"])
     print(json.dumps(res, indent=2) if args.json else format_markdown(res))

@@ -49,11 +49,11 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     # limit = 8                        # probe the first N scored items only
 
 The report folder holds ``table.npz`` (a rerun with the same settings reuses it; an interrupted run
-continues from ``table.npz.partial.jsonl``), ``results.json``, ``report.md``, ``report.html``, ``plots/``
-and ``spec.toml`` (the normalised spec, to run again with ``logitjudge run``); with ``[probe]``, ``probe.npz``
-(resumable) and the probe page in ``probe/``. The settings, their defaults, help
-and checks are the fields of :mod:`logitjudge.spec`; ``logitjudge score`` runs the same pipeline on a spec built
-from its flags.
+continues from ``table.npz.partial.jsonl``), ``results.json``, ``report.md``, ``report.html``, ``plots/``,
+``scores.csv`` (one row per item and criterion: :mod:`logitjudge.sections.scores`) and ``spec.toml`` (the
+normalised spec, to run again with ``logitjudge run``); with ``[probe]``, ``probe.npz`` (resumable) and the
+probe page in ``probe/``. The settings, their defaults, help and checks are the fields of
+:mod:`logitjudge.spec`; ``logitjudge score`` runs the same pipeline on a spec built from its flags.
 """
 
 from __future__ import annotations
@@ -312,10 +312,11 @@ def public_spec(spec: Spec) -> dict:
 
 
 def write_experiment_report(exp: Experiment, table: ScoreTable, results: dict) -> Path:
-    """results.json, report.md, report.html, plots/ and spec.toml in the experiment's folder."""
+    """results.json, report.md, report.html, plots/, scores.csv and spec.toml in the experiment's folder."""
     import tomli_w
 
     from .report import write_report
+    from .sections.scores import item_scores, write_item_scores
 
     spec = public_spec(exp.spec)
     exp.out.mkdir(parents=True, exist_ok=True)
@@ -325,6 +326,7 @@ def write_experiment_report(exp: Experiment, table: ScoreTable, results: dict) -
         spec_file["data"] = dict(spec_file["data"], texts=str(Path(exp.data_info["path"]).resolve()))
     (exp.out / "spec.toml").write_text(tomli_w.dumps(spec_file), encoding="utf-8")
     write_report(exp.out, results, spec=spec, table_meta=table.meta, data_info=exp.data_info, title=exp.spec.name)
+    write_item_scores(item_scores(table, reading=exp.spec.analysis.reading, human=exp.human), exp.out / "scores.csv")
     return exp.out
 
 

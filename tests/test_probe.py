@@ -165,7 +165,7 @@ def test_lens_finds_the_planted_layer(planted_table):
 def test_attention_finds_the_planted_head(planted_table):
     att = probe_results(planted_table, n_boot=100, rng=0)["attention"]
     assert np.unravel_index(att.position_index.argmax(), att.position_index.shape) == (1, 0)
-    assert att.top_position[1, 0] == 0 and att.by_position[1, 0, 0] > 0.95
+    assert att.top_position_index[1, 0] == 0 and att.by_position[1, 0, 0] > 0.95
     assert att.follows_choice[1, 0] > 0.9  # the chosen option is the one shown first
 
 

@@ -20,6 +20,7 @@ from logitjudge.stats import (
     position_label,
     probs_by_position,
 )
+from logitjudge.stats.direction import count_list
 from logitjudge.table import ScoreTable
 
 
@@ -85,7 +86,8 @@ def test_per_item_table_views_and_round_trip(tmp_path):
     np.testing.assert_array_equal(probs_by_position(t.probs[:, 0], t.option_orders), pbp[:, 0])
     df = t.to_dataframe()
     row = df[(df.item_id == t.item_ids[3]) & (df.ordering == 2) & (df.option == 1)].iloc[0]
-    assert row.position == int(np.flatnonzero(t.option_orders[3, 2] == 1)[0])
+    assert row.position_index == int(np.flatnonzero(t.option_orders[3, 2] == 1)[0])
+    assert row.position == row.position_index + 1  # as the prompt numbers it
     back = ScoreTable.load(t.save(tmp_path / "t.npz"))
     np.testing.assert_array_equal(back.option_orders, t.option_orders)
     np.testing.assert_array_equal(back.probs, t.probs)
@@ -163,8 +165,9 @@ def test_per_item_random_needs_enough_prompts():
 def test_u_shaped_preference_is_edges_not_first():
     t = planted_table(300, 5, position_bias=[0.6, 0.0, -0.4, 0.0, 0.6], prompt_noise=0.5, rng=2)
     res = position_chisquare(t.probs_by_position()[:, 0], t.option_orders, n_boot=300, rng=0)
-    assert res.label == "edges" and res.favoured == (0, 4) and res.pvalue < 1e-6
-    assert str(res.counts.round(2).tolist()) in res.label_reason  # the verdict quotes the counts it rests on
+    assert res.label == "edges" and res.favoured == (1, 5) and res.favoured_index == (0, 4) and res.pvalue < 1e-6
+    assert str(count_list(res.counts)) in res.label_reason  # the verdict quotes the counts it rests on
+    assert "positions [1, 5]" in res.label_reason  # numbered as a person counts them
     # the counts, without a bootstrap: the two ends tie at the top
     c = np.array([30, 21, 12, 17, 30])
     p = sps.chisquare(c).pvalue

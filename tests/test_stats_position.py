@@ -22,6 +22,7 @@ from logitjudge.stats import (
     pride_prior,
     probs_by_position,
     probs_from_positions,
+    rao_scott_chisquare,
 )
 
 
@@ -53,12 +54,16 @@ def test_chisquare_matches_scipy_and_cramers_v_by_hand():
     res = position_chisquare(pbp, orders, n_boot=200, rng=1)
     ref = sps.chisquare([30, 15, 20, 15])
     assert res.statistic == pytest.approx(ref.statistic)
-    assert res.pvalue == pytest.approx(ref.pvalue)
+    assert res.pvalue_per_prompt == pytest.approx(ref.pvalue)  # prompts as if independent: kept, not the verdict
+    rs = rao_scott_chisquare(pbp.sum(axis=1))  # the verdict's test: items as clusters
+    assert res.pvalue == pytest.approx(rs.pvalue) and res.design_effect == pytest.approx(rs.design_effect)
     np.testing.assert_allclose(res.counts, [30, 15, 20, 15])
-    assert res.dof == 3 and res.n == 80
+    assert res.dof == 3 and res.n == 80 and res.n_items == 10
     # chi2 = sum (o - 20)^2 / 20 = (100 + 25 + 0 + 25) / 20 = 7.5 ; V = sqrt(7.5 / (80 * 3))
     assert res.statistic == pytest.approx(7.5)
-    assert res.cramers_v == pytest.approx(np.sqrt(7.5 / 240))
+    assert res.cramers_v_raw == pytest.approx(np.sqrt(7.5 / 240))
+    d = rs.design_effect  # bias-corrected: sqrt(max(0, X² - 3 d) / (3 (80 - d)))
+    assert res.cramers_v == pytest.approx(np.sqrt(max(0.0, 7.5 - 3 * d) / (3 * (80 - d))))
     assert res.cramers_v_ci_low <= res.cramers_v <= res.cramers_v_ci_high
     assert np.all(res.share_ci_low <= res.shares) and np.all(res.shares <= res.share_ci_high)
     assert res.design == "balanced"

@@ -26,6 +26,7 @@ from .aggregation import (
     AggregateResult,
     DebiasResult,
     aggregate_scores,
+    balanced_rows,
     balanced_sequence,
     debias_probs,
     pride_debias,
@@ -49,19 +50,22 @@ from .budget import (
     BudgetCurveResult,
     CorrelationStatistic,
     GainResult,
-    balanced_rows,
     budget_curve,
     gain_fraction,
 )
+from .clustered import RaoScottResult, cramers_v_corrected, rao_scott_chisquare
 from .criteria import CriterionPositionResult, criterion_position_effect
 from .expectation import (
     ExpectationResult,
     draw_random_scores,
+    item_outcomes,
+    mean_answer_distribution,
     pool_kind,
     random_expectation,
     random_expectation_ref,
     random_item_scores,
     random_label_shares,
+    random_rows,
 )
 from .linear_probe import LinearSummary, ProbeResult, linear_summary, probe_accuracy
 
@@ -129,18 +133,22 @@ from .probing import (
 from .ranking import (
     BestOfNResult,
     RankStabilityResult,
-    Top1ChangeResult,
-    Top1FlipResult,
     best_of_n_instability,
     kendall_tau_matrix,
-    mean_answer_distribution,
     rank_stability,
-    top1_change,
-    top1_change_sampled,
-    top1_flips,
-    win_probabilities,
 )
 from .readings import READINGS, answer_probs, check_reading, tempered
+from .top1 import (
+    Top1ChangeRandomResult,
+    Top1ChangeResult,
+    Top1FlipResult,
+    top1_change,
+    top1_change_random,
+    top1_change_sampled,
+    top1_flips,
+    top_set_probabilities,
+    win_probabilities,
+)
 
 __all__ = [
     "AttentionSummary", "LensPositionResult", "LinearSummary", "PatchSummary", "ProbeResult", "attention_summary",
@@ -150,6 +158,8 @@ __all__ = [
     "tempered", "ExpectationResult", "draw_random_scores", "pool_kind", "random_expectation",
     "random_expectation_ref", "random_item_scores", "random_label_shares", "Top1ChangeResult", "Top1FlipResult",
     "top1_change", "top1_flips", "win_probabilities", "mean_answer_distribution", "top1_change_sampled",
+    "Top1ChangeRandomResult", "top1_change_random", "top_set_probabilities",
+    "RaoScottResult", "cramers_v_corrected", "rao_scott_chisquare", "item_outcomes", "random_rows",
     "AggregateResult", "AlignmentError", "BestOfNResult", "BudgetCurveResult", "ConfoundedDesignWarning",
     "CorrelationDifferenceResult", "CorrelationResult", "CriterionPositionResult", "DebiasResult",
     "DesignError", "GainResult", "GroupedCorrelationResult", "HumanScores", "InsufficientDataError",

@@ -18,7 +18,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from ..orderings import inverse
 from ._result import (
@@ -48,9 +47,9 @@ from ._result import (
     percentile_ci,
     softmax,
 )
+from .clustered import chi2_and_design_effect, cramers_v_corrected, rao_scott_chisquare
+from .direction import _favoured, position_label
 from .readings import check_reading, draw_answers, tempered
-
-LABELS = ("first", "last", "edges", "middle", "mixed", "none")
 
 
 def probs_by_position(probs, option_orders) -> np.ndarray:
@@ -136,15 +135,23 @@ def position_distribution(pbp, *, reading: str = "expected", temperature: float 
 # ---- chi-square goodness of fit on chosen positions --------------------------------------------------------
 @dataclass(frozen=True)
 class PositionChiSquareResult(Result):
-    """Chi-square goodness of fit of the chosen positions against uniform, Cramér's V and a direction label.
+    """Goodness of fit of the chosen positions against uniform with items as the unit, Cramér's V and a
+    direction label.
 
-    ``counts[position]``: how many prompts chose each position (``reading`` 'greedy': the argmax, ties split;
-    'sampled': one seeded run of a judge sampling at ``temperature``); ``expected_shares``: the exact
-    expected share of each position under the reading (for 'sampled' the mean tempered probability, which the
-    shares of a sampling run scatter around). ``favoured``: the positions whose share's bootstrap CI lies above
-    1/n (without a bootstrap: above 1/n and tied with the largest share). ``label``
-    (see :func:`position_label`) is 'first' / 'last' / 'edges' / 'middle' / 'mixed' when the test rejects at
-    ``alpha`` and some position is favoured, else 'none'; ``label_reason`` says why and quotes the counts.
+    ``counts[position]``: how many prompts chose each position (``reading`` 'greedy': the argmax, exact ties
+    split; 'sampled': one seeded run of a judge sampling at ``temperature``). ``statistic``: Pearson's X² of the
+    pooled counts (``dof`` = n - 1). ``pvalue``: Rao-Scott's second-order test with items as clusters
+    (:func:`~logitjudge.stats.rao_scott_chisquare`: ``statistic_corrected`` on ``dof_corrected`` degrees of
+    freedom; ``design_effect`` is how many times the pooled shares vary more than independent prompts') - the
+    p-value every verdict uses. ``pvalue_per_prompt``: the plain χ² p-value with prompts treated as
+    independent, kept for comparison only (an item's orderings are correlated, so it is far too small).
+    ``cramers_v``: bias-corrected (:func:`~logitjudge.stats.cramers_v_corrected`, items as clusters), with a
+    percentile bootstrap CI over items that can reach 0; ``cramers_v_raw``: the uncorrected sqrt(X²/(N(n-1))).
+    ``expected_shares``: the exact expected share of each position under the reading. ``favoured``: the
+    positions (1..n, as a person counts them) whose share's bootstrap CI lies above 1/n (without a bootstrap:
+    above 1/n and tied with the largest share); ``favoured_index`` the same 0-based. ``label``
+    (:func:`position_label`): 'first' / 'last' / 'edges' / 'middle' / 'mixed' when ``pvalue`` < ``alpha`` and
+    some position is favoured, else 'none'; ``label_reason`` says why and quotes the counts.
     """
 
     statistic: float
@@ -168,6 +175,14 @@ class PositionChiSquareResult(Result):
     expected_shares: np.ndarray | None = None
     favoured: tuple[int, ...] = ()
     temperature: float = 1.0
+    pvalue_per_prompt: float = float("nan")
+    statistic_corrected: float = float("nan")
+    dof_corrected: float = float("nan")
+    design_effect: float = float("nan")
+    cramers_v_raw: float = float("nan")
+    favoured_index: tuple[int, ...] = ()
+    n_items: int = 0
+    test: str = "Rao-Scott second-order χ², items as clusters"
 
 
 def cramers_v_gof(chi2, n, k):
@@ -216,90 +231,25 @@ def _check_design(design: str, allow_confounded: bool, what: str) -> None:
                       ConfoundedDesignWarning, stacklevel=3)
 
 
-def _favoured(counts, ci_low, alpha: float) -> np.ndarray:
-    """Positions favoured by the judge. With bootstrap CIs: those whose share's CI lies above 1/n. Without:
-    those whose share is above 1/n and not significantly below the largest share (two-sided z-test at
-    ``alpha`` on the difference of two multinomial counts), so that positions tied at the top stay together
-    (a U-shape is both ends, not the first of them)."""
-    counts = np.asarray(counts, dtype=np.float64)
-    n = counts.size
-    low = np.asarray(ci_low, dtype=np.float64)
-    if np.all(np.isfinite(low)):
-        return low > 1.0 / n
-    total = counts.sum()
-    top = counts.max()
-    p_top, p = top / total, counts / total
-    sd = np.sqrt(np.maximum(total * (p_top + p - (p_top - p) ** 2), 1e-300))
-    tied_with_top = (top - counts) / sd < sps.norm.ppf(1.0 - alpha / 2)
-    return tied_with_top & (p > 1.0 / n)
-
-
-def _shape_label(fav: np.ndarray) -> str:
-    """'first' (a block starting at position 0), 'last' (a block ending at n-1), 'edges' (both ends), 'middle'
-    (a contiguous interior block), 'mixed' (anything else)."""
-    n = fav.size
-    pos = np.flatnonzero(fav)
-    if fav[0] and fav[-1]:
-        return "edges"
-    contiguous = pos.size and np.all(np.diff(pos) == 1)
-    if fav[0] and contiguous:
-        return "first"
-    if fav[-1] and contiguous:
-        return "last"
-    if contiguous and 0 < pos[0] and pos[-1] < n - 1:
-        return "middle"
-    return "mixed"
-
-
-def position_label(shares, ci_low, pvalue: float, alpha: float, *, counts=None) -> tuple[str, str]:
-    """Direction label from the shares, their CI lower bounds and the test's p-value.
-
-    'none' unless the test rejects at ``alpha`` and some position is favoured (see ``_favoured``: the share's CI
-    lies above 1/n, or without CIs the share is above 1/n and tied with the largest one given ``counts``). The
-    favoured set is then 'first' (a block from position 0), 'last' (a block ending at the last position),
-    'edges' (both ends favoured: a U-shape), 'middle' (an interior block) or 'mixed'. The reason quotes the
-    counts the verdict rests on.
-    """
-    shares = as_float(shares, "shares")
-    n = shares.size
-    if shares.ndim != 1 or n < 2 or not isinstance(pvalue, (int, float, np.number)):
-        raise StatsError(f"position_label needs >= 2 shares and a numeric p-value, got {n} and {pvalue!r}")
-    cnt = shares if counts is None else as_float(counts, "counts")
-    if cnt.shape != shares.shape:
-        raise ShapeError(f"counts has shape {cnt.shape}, expected {shares.shape} (one per position)")
-    low = as_float(ci_low, "ci_low")
-    if low.shape != shares.shape:
-        raise ShapeError(f"ci_low has shape {low.shape}, expected {shares.shape} (one per position)")
-    quote = f"; counts by position {np.round(cnt, 2).tolist()}" if counts is not None else ""
-    if not pvalue < alpha:
-        return "none", f"not significant (p = {pvalue:.3g} >= alpha = {alpha}){quote}"
-    low = np.asarray(ci_low, dtype=np.float64)
-    has_ci = bool(np.all(np.isfinite(low)))
-    if not has_ci and counts is None:  # no CI and no counts: the largest share(s), tied ones together
-        fav = (shares >= shares.max()) & (shares > 1.0 / n)
-    else:
-        fav = _favoured(cnt, low, alpha)
-    if not fav.any():
-        return "none", (f"significant, but no position's share lies above 1/{n}"
-                        + (" (CI lower bounds)" if has_ci else "") + quote)
-    label = _shape_label(fav)
-    how = "a share whose CI lies above" if has_ci else "the largest share (or one tied with it), above"
-    return label, f"positions {np.flatnonzero(fav).tolist()} have {how} 1/{n}{quote}"
-
-
 def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperature: float = 1.0,
                        alpha: float = 0.05, n_boot: int = 1000, confidence: float = 0.95, rng=None,
                        allow_confounded: bool = False) -> PositionChiSquareResult:
-    """Chi-square test (``scipy.stats.chisquare``) that the chosen positions are uniform.
+    """Test that the chosen positions are uniform, with items as the unit (see
+    :class:`PositionChiSquareResult`).
 
-    Valid designs only. Balanced (every option at every position equally often for every item; all n!
-    orders included): a judge without position preference chooses every position equally often, so the test is
-    valid (and conservative: counts are less variable than multinomial). Per-item random orders: each prompt's
-    chosen position is then uniform and independent under the null, so the counts are multinomial; the
-    chi-square approximation needs an expected count of at least 5 per position (InsufficientDataError
-    otherwise). A random set shared by every item confounds content and position (ConfoundedDesignError), as
-    does a FIXED design (DesignError); ``allow_confounded=True`` computes them anyway with a warning.
-    Cramér's V and the position shares get percentile bootstrap CIs over items (``n_boot=0`` skips them).
+    The verdict's p-value is Rao-Scott's second-order correction of Pearson's X² with items as clusters
+    (:func:`~logitjudge.stats.rao_scott_chisquare`): an item's prompts share its content, so they are not
+    independent draws, and the null is the study's - no position preference shared by the items (the mean share
+    of each position over items is 1/n; an item may prefer a position of its own). Rao-Scott rather than an
+    item-level permutation of position labels: its null asks only for uniform mean shares (a relabelling test
+    also needs every item's counts to be exchangeable across positions), it is deterministic (no Monte-Carlo
+    floor on small p-values) and it yields the design effect. It is asymptotic in the number of items.
+    Valid designs: balanced (every option at every position equally often for every item; all n! orders
+    included) and per-item random orders (which need an expected count of at least 5 per position:
+    InsufficientDataError otherwise). A random set shared by every item confounds content and position
+    (ConfoundedDesignError), as does a FIXED design (DesignError); ``allow_confounded=True`` computes them
+    anyway with a warning. Cramér's V (bias-corrected) and the position shares get percentile bootstrap CIs
+    over items (``n_boot=0`` skips them).
     """
     a = _pbp(pbp)
     orders = check_orders(option_orders, a.shape[1], a.shape[2], n_items=a.shape[0])
@@ -309,6 +259,7 @@ def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperatu
     design = detect_design(orders)
     _check_design(design, allow_confounded, "position chi-square")
     k = a.shape[2]
+    need_items(a.shape[0], 2, "the position test with items as clusters")
     if design == PER_ITEM_RANDOM and a.shape[0] * a.shape[1] < 5 * k:
         raise InsufficientDataError(f"position chi-square on per-item random orders needs an expected count of "
                                     f"at least 5 per position ({5 * k} prompts); the table has "
@@ -317,25 +268,25 @@ def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperatu
     exp_share = (chosen_positions(a) if reading == "greedy" else tempered(a, temperature)).mean(axis=(0, 1))
     counts = per_item.sum(axis=0)
     n_total = float(counts.sum())
-    test = sps.chisquare(counts)
-    chi2, p = float(test.statistic), float(test.pvalue)
-    v = float(cramers_v_gof(chi2, n_total, k))
+    rs = rao_scott_chisquare(per_item)
+    v = cramers_v_corrected(rs.statistic, n_total, k, design_effect=rs.design_effect)
     share = counts / n_total
     if n_boot:
-        need_items(a.shape[0], 2, "a bootstrap CI over items")
-        cb = bootstrap_weights(a.shape[0], n_boot, rng) @ per_item
-        exp = n_total / k  # every item contributes the same number of prompts, so N is fixed across resamples
-        vb = cramers_v_gof(((cb - exp) ** 2 / exp).sum(axis=1), n_total, k)
-        v_lo, v_hi = percentile_ci(vb, confidence)
-        s_lo, s_hi = percentile_ci(cb / n_total, confidence)
+        w = bootstrap_weights(a.shape[0], n_boot, rng)
+        chi2_b, deff_b, n_b = chi2_and_design_effect(w, per_item)
+        v_lo, v_hi = percentile_ci(cramers_v_corrected(chi2_b, n_b, k, design_effect=deff_b), confidence)
+        s_lo, s_hi = percentile_ci((w @ per_item) / n_b[:, None], confidence)
     else:
         v_lo = v_hi = float("nan")
         s_lo = s_hi = np.full(k, np.nan)
-    label, why = position_label(share, s_lo, p, alpha, counts=counts)
-    fav = tuple(int(j) for j in np.flatnonzero(_favoured(counts, s_lo, alpha))) if label != "none" else ()
-    return PositionChiSquareResult(chi2, p, k - 1, n_total, counts, np.full(k, n_total / k), share, s_lo,
-                                   s_hi, v, v_lo, v_hi, label, why, design, reading, float(alpha), confidence,
-                                   exp_share, fav, float(temperature))
+    label, why = position_label(share, s_lo, rs.pvalue, alpha, counts=counts, design_effect=rs.design_effect)
+    fav = np.flatnonzero(_favoured(counts, s_lo, alpha, rs.design_effect)) if label != "none" else np.zeros(0, int)
+    return PositionChiSquareResult(rs.statistic, rs.pvalue, k - 1, n_total, counts, np.full(k, n_total / k), share,
+                                   s_lo, s_hi, v, v_lo, v_hi, label, why, design, reading, float(alpha), confidence,
+                                   exp_share, tuple(int(j) + 1 for j in fav), float(temperature),
+                                   rs.pvalue_per_prompt, rs.statistic_corrected, rs.dof_corrected,
+                                   rs.design_effect, float(cramers_v_gof(rs.statistic, n_total, k)),
+                                   tuple(int(j) for j in fav), a.shape[0])
 
 
 # ---- log-linear position-effect model ----------------------------------------------------------------------

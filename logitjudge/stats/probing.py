@@ -97,7 +97,8 @@ class LensPositionResult(Result):
 
     ``log_odds[l, p]``: the log-space position effect of :func:`fit_position_effect` (log-probability an option
     gains at position p over its average elsewhere; bootstrap CIs over items); ``chi2/pvalue/cramers_v/shares``:
-    :func:`position_chisquare` on the lens's chosen positions (argmax of each layer's option distribution);
+    :func:`position_chisquare` (p with items as clusters, bias-corrected V) on the lens's chosen positions
+    (argmax of each layer's option distribution);
     ``pvalue_holm``: Holm-adjusted over the layers; ``share_of_final[l]``: the projection of layer l's effect on
     the last layer's, ``<log_odds[l], log_odds[-1]> / |log_odds[-1]|^2`` (1: the output's preference in full,
     0: none of it, < 0: the opposite positions); ``emerges_at``: :func:`preference_onset` with ``alpha`` and
@@ -149,9 +150,10 @@ class AttentionSummary(Result):
     ``by_position[L, H, p]``: on the whole option line shown at position p (line + its end); ``end_by_position``:
     on its last token only; ``by_option[L, H, o]``: on the line of canonical option o wherever it is shown;
     ``other[L, H, 3]``: instructions, text, rest. ``position_index[L, H]``: the largest mean over items of a
-    position's share of the head's option-line mass, minus 1/n (0: no position favoured), ``top_position`` the
-    position, CI over items of the same mean. ``follows_choice[L, H]``: mass on the chosen option's line minus
-    the mean on the other lines (> 0: the head follows the content the model picks, in whatever position)."""
+    position's share of the head's option-line mass, minus 1/n (0: no position favoured), CI over items of the
+    same mean; ``top_position_index[L, H]`` that position, 0-based (a person's position is it + 1).
+    ``follows_choice[L, H]``: mass on the chosen option's line minus the mean on the other lines (> 0: the head
+    follows the content the model picks, in whatever position)."""
 
     by_position: np.ndarray
     by_position_ci: tuple
@@ -160,7 +162,7 @@ class AttentionSummary(Result):
     other: np.ndarray
     position_index: np.ndarray
     position_index_ci: tuple
-    top_position: np.ndarray
+    top_position_index: np.ndarray
     follows_choice: np.ndarray
     follows_choice_ci: tuple
 
@@ -207,8 +209,9 @@ class PatchSummary(Result):
     (TV > ``tol``) — 1: the target now answers like the source, 0: no effect (CI over items);
     ``follows_content``: share of those patched runs whose top option is the source's top option;
     ``follows_position``: share whose top option is the one the target shows at the position of the source's
-    top option; ``keeps_target``: share that keep the target's top option. ``preferred_position``: the position
-    the model favours (largest mean probability by position over every item and ordering of ``clean``);
+    top option; ``keeps_target``: share that keep the target's top option. ``preferred_position_index``: the
+    position the model favours, 0-based (largest mean probability by position over every item and ordering of
+    ``clean``);
     ``preference_drop``: mean over items and all pairs of P_target(option at that position) −
     P_patched(option at that position) (> 0: the site's output in the target carried part of its preference
     for that position; CI over items)."""
@@ -223,7 +226,7 @@ class PatchSummary(Result):
     follows_position: np.ndarray
     keeps_target: np.ndarray
     n_pairs: int
-    preferred_position: int
+    preferred_position_index: int
     preference_drop: np.ndarray
     preference_drop_ci: tuple
 
