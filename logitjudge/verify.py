@@ -1,7 +1,7 @@
 """Exactness audit: before a run goes on, recompute a few random prompts with the plain path and compare.
 
 The engine's fast paths are held to the plain forward by parity tests per model family
-(:data:`logitjudge.capabilities.TESTED_MODEL_TYPES`). A model outside them may do something no config declares
+(:data:`logitjudge.judge.TESTED_MODEL_TYPES`). A model outside them may do something no config declares
 (an attention bias of its own, a new cache layout); the audit runs the engine on whole items (so the trie's
 sharing is exercised as in the run) and the plain path (:func:`logitjudge.engine.plain_prompt_logprobs`: one
 full forward per prompt and label, no cache, fp32 full-vocabulary softmax) on ``n`` prompts drawn at random
@@ -90,11 +90,11 @@ def verify_exactness(engine, groups: list, n: int, *, rng=0, tol: float = DEFAUL
 
 def audit_run(engine, lm, items, rubric, option_orders, template, n: int | None, *, rng=0,
               tol: float | None = None) -> AuditResult:
-    """The audit before a run: ``n`` prompts (None: :func:`~logitjudge.capabilities.default_audit_prompts`)
+    """The audit before a run: ``n`` prompts (None: :func:`~logitjudge.judge.default_audit_prompts`)
     drawn from up to ``n`` random items' single-criterion prompts (``template``: a Template, a name or None for
     the default); the result goes into ``engine.mode_meta`` (copied into the table's meta). ``tol`` None:
     :func:`default_tol`. Raises :class:`ExactnessError` when it fails."""
-    from .capabilities import default_audit_prompts
+    from .judge import default_audit_prompts
     from .prompts import load_template
     from .requests import item_prompts, orders_of
 

@@ -11,8 +11,8 @@ import torch
 
 from logitjudge import orderings
 from logitjudge.engine import Engine, Job, distribution, plain_prompt_logprobs, prompt_job
-from logitjudge.forward import PrefixKV
 from logitjudge.items import Item
+from logitjudge.judge.prefix import PrefixKV
 from logitjudge.prompts import Template, builtin_template
 from logitjudge.requests import item_prompts
 from logitjudge.rubric import Criterion, Rubric, ScoreOption, likert
