@@ -18,10 +18,12 @@ import math
 
 import numpy as np
 
+from .errors import LogitJudgeError
+
 MAX_ALL_N = 7  # 7! = 5,040 prompts per item; 8! = 40,320 is more than any run should score per text
 
 
-class OrderingError(ValueError):
+class OrderingError(LogitJudgeError, ValueError):
     pass
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import LogitJudgeError
 from .rubric import Criterion, Rubric
 from .tomlfile import read_toml
 
 
-class PromptError(ValueError):
+class PromptError(LogitJudgeError, ValueError):
     pass
 
 

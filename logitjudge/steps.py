@@ -25,6 +25,7 @@ import itertools
 import numpy as np
 
 from .engine import Engine, Job, continuation_logprobs, distribution, label_reads
+from .errors import LogitJudgeError
 from .prompts import EncodedPrompt
 from .requests import encode, slot_request
 
@@ -61,7 +62,7 @@ def score_batch(engine: Engine, prompts: list[list[EncodedPrompt]], n_criteria: 
     return out
 
 
-class MultiCriteriaError(ValueError):
+class MultiCriteriaError(LogitJudgeError, ValueError):
     pass
 
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from ..errors import LogitJudgeError
 from ..orderings import OrderingError, is_balanced, is_complete, validate
 
 BALANCED, RANDOM, FIXED = "balanced", "random", "fixed"
 PER_ITEM_RANDOM = "per-item random"  # every item has its own (random) orders: content and position unconfounded
 
 
-class StatsError(ValueError):
+class StatsError(LogitJudgeError, ValueError):
     """Bad input to a statistic; the message says what is wrong and how to fix it."""
 
 
