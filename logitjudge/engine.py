@@ -4,7 +4,7 @@ Per item, all prompt + label-continuation sequences go into one token trie (:mod
 evaluated level by level: a level's segments (of all items) run as right-padded batches on top of their parents'
 caches (:class:`~logitjudge.judge.prefix.PrefixKV`, held once, never copied per row or per child), hidden states
 are read only where a label token is predicted, and the unembedding + full-vocabulary log-softmax (fp32) is
-applied only there, once per run. The model is reached only through its backend
+applied only there, once per evaluation. The model is reached only through its backend
 (:class:`~logitjudge.judge.backends.base.Backend`: the forward, the read-out head).
 """
 
@@ -103,7 +103,7 @@ class Engine:
 
     # ---- core ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def run(self, jobs: list[Job]) -> list[JobResult]:
+    def evaluate(self, jobs: list[Job]) -> list[JobResult]:
         """Evaluate jobs: every job's trie, level by level, the segments of all jobs batched together."""
         results = [JobResult() for _ in jobs]
         self._pending: list = []  # read points of every batch, read out together at the end
@@ -124,7 +124,7 @@ class Engine:
         return results
 
     def _flush_reads(self, results: list[JobResult]) -> None:
-        """One read-out for the whole run: the unembedding matrix (V x d) is streamed from memory once."""
+        """One read-out per evaluation: the unembedding matrix (V x d) is streamed from memory once."""
         if not self._pending:
             return
         h = torch.cat([p[0] for p in self._pending])  # (R, d)
@@ -155,7 +155,7 @@ class Engine:
                 self._descend(children, results)
 
     def _shrink(self, error: BaseException, chunk: list) -> None:
-        """Out of memory in a batch: halve the token budget for the rest of the run (the failed batch queued
+        """Out of memory in a batch: halve the engine's token budget from here on (the failed batch queued
         nothing, so it is simply run again in smaller pieces)."""
         width = max(len(n.tokens) for _, n, _ in chunk)
         if len(chunk) == 1 or self.token_budget // 2 < 1:
@@ -230,7 +230,7 @@ class Engine:
     # ---- prompts -------------------------------------------------------------------------------------------
     def prompt_logprobs(self, groups: list[list[EncodedPrompt]]) -> list[list[np.ndarray]]:
         """For each group (an item's prompts) and prompt: log-probability of each whole label continuation."""
-        res = self.run([prompt_job(g) for g in groups])
+        res = self.evaluate([prompt_job(g) for g in groups])
         return [[continuation_logprobs(r.logprobs, ep, p) for p, ep in enumerate(g)] for g, r in zip(groups, res)]
 
 

@@ -301,7 +301,7 @@ def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True)
 
     od, pr = exp.spec.orderings, exp.spec.prompts
     meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,
-            "criteria_orderings": od.criteria if pr.multi_criteria else None}
+            "criterion_orderings": od.criteria if pr.multi_criteria else None}
     engine = engine or judge_engine(exp, lm)
     run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
               template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,

@@ -31,7 +31,7 @@ from .probe.prompts import probe_prompts
 from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
 from .probe.table import ProbeTable
 from .prompts import load_template
-from .requests import check_orders, default_template, item_prompts, orders_of
+from .requests import default_template, item_prompts, orders_of
 from .steps import SLOT_FUNCTIONS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
 from .table import ScoreTable, TableError
 
@@ -99,7 +99,8 @@ class Run:
         if len(set(ids)) != len(ids):
             raise RunError("item ids must be unique")
         n = rubric.n_options
-        self.option_orders = check_orders(fixed(n) if option_orders is None else option_orders, n, len(items))
+        self.option_orders = validate(fixed(n) if option_orders is None else option_orders, n, per_item=True,
+                                      n_items=len(items))
         self.lm, self.items, self.rubric = lm, list(items), rubric
         self.engine = engine or Engine(lm)
         self.out, self.progress, self.meta = out, progress, dict(meta or {})

@@ -99,7 +99,7 @@ class OrderingSpec:
                        "item: the 2n rotations, then R random) | shared-random:K (one random set for every item; "
                        "confounds content and position) | fixed:K", flag="--orderings")
     criteria: str = opt("balanced", "criteria orders (multi-criteria; crossed with every option order; shared by "
-                        "every item): balanced | all | shared-random:K | fixed:K", flag="--criteria-orderings")
+                        "every item): balanced | all | shared-random:K | fixed:K", flag="--criterion-orderings")
     seed: int = opt(0, "seed of random orders (criteria orders use seed + 1)", flag="--seed")
 
 

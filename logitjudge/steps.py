@@ -93,7 +93,7 @@ def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, crite
                 seqs += s + [list(ep.prompt_ids)]
                 reads += r + [[]]
                 ends += [None] * len(s) + [("ctx", k)]
-            res = engine.run([Job(seqs, reads, keep=ends)])
+            res = engine.evaluate([Job(seqs, reads, keep=ends)])
             results = [res[0]] * K
         else:
             jobs = []
@@ -103,7 +103,7 @@ def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, crite
                 s, r = label_reads(ep, k, m)
                 jobs.append(Job(s + [list(ep.prompt_ids[m:])], r + [[]], prefix=pkv.truncate(m),
                                 keep=[None] * len(s) + [("ctx", k)]))
-            results = engine.run(jobs)
+            results = engine.evaluate(jobs)
         for k, ep in enumerate(eps):
             c = criterion_orders[k][j]
             p, m_ = distribution(continuation_logprobs(results[k].logprobs, ep, k))
@@ -141,7 +141,7 @@ def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, cri
                 s, r = label_reads(ep, (k, path))
                 seqs += s
                 reads += r
-    lps = engine.run([Job(seqs, reads)])[0].logprobs
+    lps = engine.evaluate([Job(seqs, reads)])[0].logprobs
     probs, mass = np.zeros((C, K, n)), np.zeros((C, K))
     for k in range(K):
         weight = {(): 1.0}  # P(path) under the renormalised slot distributions

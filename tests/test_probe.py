@@ -72,7 +72,7 @@ def test_last_layer_lens_equals_engine(lm, rubric, template, mode):
 def test_attention_masses_equal_eager_attentions(lm, mode):
     """Masses over all categories sum to 1 per head and equal the plain eager run's output_attentions, whichever
     backend computed them (native and shared compute the pattern, copy and plain switch to eager)."""
-    orders = orderings.random(5, 3, rng=2)
+    orders = orderings.shared_random(5, 3, rng=2)
     pps = probe_prompts(lm, digit_rubric(), _items(2)[0], orders)
     cap = capture_item(backend(lm, mode), pps, attention=True)
     assert np.abs(cap.attention.sum(-1) - 1).max() < 1e-5
