@@ -11,3 +11,7 @@ class LogitJudgeError(Exception):
 
 class ProbeError(LogitJudgeError, ValueError):
     """Bad input or an unsupported model for probing (a hook point the model does not have)."""
+
+
+class ModeError(LogitJudgeError, ValueError):
+    """A prefix mode (backend) that does not exist, or cannot compute this model (or this use of it) exactly."""

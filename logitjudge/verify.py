@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .engine import EngineError, plain_prompt_logprobs
+from .errors import LogitJudgeError
 
 DEFAULT_TOL = 1e-5  # absolute, on each option probability (normalised over the options), fp32 models
 LOW_PRECISION_TOL = 0.05  # bf16/fp16 weights: the README's stated tolerance of those paths against fp32
@@ -30,7 +31,11 @@ def default_tol(model) -> float:
 
 
 class ExactnessError(EngineError):
-    pass
+    """The fast path differs from the plain forward on the audited prompts."""
+
+
+class AuditError(LogitJudgeError, ValueError):
+    """Audit settings that cannot be used."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +68,9 @@ def verify_exactness(engine, groups: list, n: int, *, rng=0, tol: float = DEFAUL
     probability differs by more than ``tol``.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"the number of audited prompts must be an integer >= 0, got {n!r}")
+        raise AuditError(f"the number of audited prompts must be an integer >= 0, got {n!r}")
     if not (isinstance(tol, float) and tol > 0):
-        raise ValueError(f"tol must be a positive float, got {tol!r}")
+        raise AuditError(f"tol must be a positive float, got {tol!r}")
     pairs = [(g, p) for g, group in enumerate(groups) for p in range(len(group))]
     if n == 0 or not pairs:
         return AuditResult(0, 0.0, tol, engine.prefix_mode, ())

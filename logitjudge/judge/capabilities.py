@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ..errors import LogitJudgeError
+from ..errors import ModeError
 from .backends import BACKENDS, Backend
 from .features import model_features, model_types
 
@@ -28,10 +28,6 @@ MODES = tuple(BACKENDS)  # the prefix modes, fastest first
 TESTED_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next", "mistral",
                                 "phi3", "gpt2", "olmo2", "gemma2", "gemma3", "gemma3_text", "gpt_oss"})
 DEFAULT_AUDIT_PROMPTS = 3  # --verify default for an untested model type
-
-
-class ModeError(LogitJudgeError, ValueError):
-    """A prefix mode that does not exist or cannot compute the model exactly."""
 
 
 def mode_refusal(model, mode: str, features: dict | None = None) -> str | None:

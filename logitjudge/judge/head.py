@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from logitjudge_kernels import label_logprobs
 
+from ..errors import ModeError
 from .features import text_config
 
 READ_CHUNK_ELEMS = 1 << 27  # 512 MiB of fp32 logits at most
@@ -26,7 +27,7 @@ class Head:
     def __init__(self, model):
         head = model.get_output_embeddings()
         if not isinstance(head, torch.nn.Linear) or head.bias is not None:
-            raise NotImplementedError(f"the output head {type(head).__name__} is not a bias-free Linear")
+            raise ModeError(f"the output head {type(head).__name__} is not a bias-free Linear")
         cfg = text_config(model)
         scale = 1.0
         if getattr(cfg, "logits_scaling", None):  # Granite: logits / logits_scaling

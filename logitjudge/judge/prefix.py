@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ModeError
+
 
 class RecurrentState:
     """A linear-attention layer's state at the end of a prefix: ``state`` (Hv, Dk, Dv) fp32 and ``conv``
@@ -23,7 +25,7 @@ class RecurrentState:
     def row(self, r: int, n: int) -> RecurrentState:
         """Row r's state after its first n tokens: only its end exists (a recurrence cannot be rewound)."""
         if self.lengths is not None and n != self.lengths[r]:
-            raise ValueError(f"a linear-attention state exists only at the end of a row ({self.lengths[r]} "
+            raise ModeError(f"a linear-attention state exists only at the end of a row ({self.lengths[r]} "
                              f"tokens), not after {n}: prefixes of hybrid models cannot be cut inside a segment")
         return RecurrentState(self.state[r], self.conv[r])
 
@@ -95,7 +97,7 @@ class PrefixKV:
     def truncate(self, n: int) -> PrefixKV:
         """The cache of the first n tokens (views, no copy)."""
         if not 0 <= n <= self.length:
-            raise ValueError(f"cannot truncate a prefix of {self.length} tokens to {n}")
+            raise ModeError(f"cannot truncate a prefix of {self.length} tokens to {n}")
         if n == self.length:
             return self
         if n == 0:
@@ -105,7 +107,7 @@ class PrefixKV:
             return self.parent.truncate(n)
         own = n - start
         if any(isinstance(k, RecurrentState) for k in self.seg_keys):
-            raise ValueError("a prefix of a model with linear-attention layers cannot be cut inside a segment "
+            raise ModeError("a prefix of a model with linear-attention layers cannot be cut inside a segment "
                              "(the recurrent state exists only at its end): multi-criteria slot caches are not "
                              "supported for this model")
         return PrefixKV([k[:, :own] for k in self.seg_keys], [v[:, :own] for v in self.seg_values], n, self.parent)

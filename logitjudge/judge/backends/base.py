@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import torch
 
+from ...errors import ModeError
 from ..features import FEATURES, attention_shape, n_layers
 from ..head import Head
 from ..prefix import PrefixKV
@@ -68,11 +69,11 @@ class Backend:
         :meth:`PrefixKV.extend`; else None."""
         B = ids.shape[0]
         if sum(n for _, n in groups) != B:
-            raise ValueError(f"prefix groups cover {sum(n for _, n in groups)} rows, the batch has {B}")
+            raise ModeError(f"prefix groups cover {sum(n for _, n in groups)} rows, the batch has {B}")
         if len(groups) > 1 and not self.mixes_prefixes:
-            raise ValueError(f"prefix mode {self.name!r} runs the rows of one prefix per call, got {len(groups)}")
+            raise ModeError(f"prefix mode {self.name!r} runs the rows of one prefix per call, got {len(groups)}")
         if not self.caches and (capture or any(p.length for p, _ in groups)):
-            raise ValueError(f"prefix mode {self.name!r} runs whole sequences: it cannot continue or keep a "
+            raise ModeError(f"prefix mode {self.name!r} runs whole sequences: it cannot continue or keep a "
                              "prefix cache")
         with self.recording():
             return self._forward(ids, groups, lengths, read, capture)

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from logitjudge_kernels import shared_prefix_attention
 from logitjudge_kernels.cpu_norm import qk_norm_rope, residual_rms_norm, rms_norm, rotate_ref
 
+from ...errors import ModeError
 from ..hooks import attention_probs, parse_hook
 from ..prefix import PrefixKV
 from .base import Backend
@@ -203,7 +204,7 @@ class NativeGemma3:
     def __init__(self, model, *, pack: bool | None = None):
         reason = native_support(model)
         if reason:
-            raise ValueError(f"the native path does not support this model: {reason}; use prefix_mode='shared'")
+            raise ModeError(f"the native path does not support this model: {reason}; use prefix_mode='shared'")
         dec = model.get_decoder()
         cfg = dec.config
         self.embed = dec.embed_tokens
@@ -270,7 +271,7 @@ class NativeGemma3:
         B, S = ids.shape
         groups = [(prefix, B)] if isinstance(prefix, PrefixKV) else list(prefix)
         if sum(n for _, n in groups) != B:
-            raise ValueError(f"prefix groups cover {sum(n for _, n in groups)} rows, the batch has {B}")
+            raise ModeError(f"prefix groups cover {sum(n for _, n in groups)} rows, the batch has {B}")
         starts = torch.tensor([p.length for p, n in groups for _ in range(n)], device=ids.device)
         pos = starts[:, None] + torch.arange(S, device=ids.device)  # (B, S) absolute positions
         x = self.embed(ids)  # (B, S, d)
@@ -311,7 +312,7 @@ class NativeGemma3:
             outs, a = [], 0
             pattern = self.hook_fns.get(f"blocks.{i}.attn.hook_pattern")
             if pattern is not None and len(groups) > 1:
-                raise ValueError("an attention-pattern hook needs the rows of one prefix per call")
+                raise ModeError("an attention-pattern hook needs the rows of one prefix per call")
             for pre, n in groups:
                 kp, vp = pre.layer(i, k)
                 outs.append(shared_prefix_attention(q[a:a + n], kp, vp, k[a:a + n], v[a:a + n], scale=self.scale,

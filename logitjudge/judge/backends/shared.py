@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from logitjudge_kernels import shared_prefix_attention
 
+from ...errors import ModeError
 from ..features import linear_layer_indices
 from ..prefix import PrefixKV
 from .base import Backend
@@ -122,7 +123,7 @@ class SharedBackend(Backend):
         if capture:
             missing = [i for i in range(self.n_layers) if i not in state.captured]
             if missing:  # a layer that never called the shared function would have run without the prefix
-                raise ValueError(f"layers {missing} did not run through logitjudge's shared-prefix attention; use "
+                raise ModeError(f"layers {missing} did not run through logitjudge's shared-prefix attention; use "
                                  "prefix_mode='copy' or 'plain' for this model")
             captured = [state.captured[i] for i in range(self.n_layers)]
         return self.select(out.last_hidden_state, read), captured
