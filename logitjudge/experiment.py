@@ -59,6 +59,7 @@ pipeline on a spec built from their flags (the table, or the probe table, at ``-
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -71,6 +72,8 @@ from .rubric import Rubric, RubricError, load_rubric
 from .spec import Spec, SpecError, from_dict, relative
 from .table import ScoreTable
 from .tomlfile import read_toml
+
+log = logging.getLogger("logitjudge")
 
 __all__ = ["Experiment", "SpecError", "load_spec", "prepare", "run_experiment", "score_experiment"]
 
@@ -264,17 +267,22 @@ class _TokenizerOnly:
 
 
 def load_judge(spec: Spec):
-    """The judge model of a (validated) spec; an unreachable id fails in one line before any loading."""
+    """The judge model of a (validated) spec; an unreachable id fails in one line before any loading. Under
+    torchrun each rank loads it on its own GPU (:func:`logitjudge.distributed.rank_device`)."""
     from .autodtype import resolve_dtype
+    from .distributed import rank_device
     from .models import check_available, load_model, set_threads
 
     m = spec.model
     set_threads(m.threads)
     source = _model_source(spec)
     check_available(source)
-    dtype, why = resolve_dtype(m.dtype, m.device)  # auto: measured once per machine (cached)
-    lm = load_model(source, dtype=dtype, device=m.device, quantize=m.quantize,
+    device = rank_device(m.device)  # cuda -> cuda:LOCAL_RANK before anything is loaded
+    dtype, why = resolve_dtype(m.dtype, device)  # auto: measured once per machine (cached)
+    lm = load_model(source, dtype=dtype, device=device, quantize=m.quantize,
                     attn_implementation=m.attn_implementation)
+    if device != m.device:
+        log.info("rank %s: judge on %s", os.environ.get("RANK", "?"), device)
     lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": why}
     return lm
 
