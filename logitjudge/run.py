@@ -221,6 +221,7 @@ class ProbeRun(Run):
     exported for the linear probes (default all). ``option_orders``: (K, n) shared or (I, K, n) per item."""
 
     label = "probing"
+    multi = False
     codec = ARRAYS  # an item's record: its arrays
     table_class = ProbeTable
 
