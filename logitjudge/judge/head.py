@@ -8,6 +8,7 @@ full-vocabulary log-sum-exp is computed once per position however many labels ar
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import numpy as np
@@ -24,7 +25,7 @@ class Head:
     """``weight`` (V, d) fp32 (made once), ``scale`` (applied to the hidden state first) and ``softcap`` (final
     logit soft-cap or None) of a causal LM's unembedding; exact for bias-free linear heads (every family tested)."""
 
-    def __init__(self, model):
+    def __init__(self, model, recording=None):
         head = model.get_output_embeddings()
         if not isinstance(head, torch.nn.Linear) or head.bias is not None:
             raise ModeError(f"the output head {type(head).__name__} is not a bias-free Linear")
@@ -42,6 +43,8 @@ class Head:
         self.scale, self.softcap = scale, softcap
         self._model = model
         self._norm = None
+        # the backend's kernel record (Backend.recording): the read-out's kernel is recorded with its forwards
+        self._recording = recording or contextlib.nullcontext
 
     @property
     def norm(self) -> torch.nn.Module:
@@ -60,7 +63,9 @@ class Head:
             h = h * self.scale
         # one GEMM over the whole vocabulary while (R, V) stays under READ_CHUNK_ELEMS, else chunked over V
         chunk = max(8192, min(self.weight.shape[0], READ_CHUNK_ELEMS // max(1, h.shape[0])))
-        return label_logprobs(h, self.weight, tokens.to(h.device), softcap=self.softcap, chunk=chunk).label_logprobs
+        with self._recording():
+            res = label_logprobs(h, self.weight, tokens.to(h.device), softcap=self.softcap, chunk=chunk)
+        return res.label_logprobs
 
     def read_lists(self, hidden: torch.Tensor, tokens: list[list[int]], *, normed: bool = True) -> np.ndarray:
         """``out[r, m]`` = log p(tokens[r][m]) at hidden[r], float64 (R, max M); unused slots are meaningless.

@@ -55,7 +55,7 @@ class Backend:
         self.model = model
         self.n_layers = n_layers(model)
         self.n_heads, self.head_dim = attention_shape(model)
-        self.head = Head(model)  # (c) the unembedding and its soft-cap
+        self.head = Head(model, self.recording)  # (c) the unembedding and its soft-cap; its read-out is recorded too
         self.device = next(model.parameters()).device
 
     # ---- (b) the forward ----------------------------------------------------------------------------------
@@ -83,9 +83,10 @@ class Backend:
 
     # ---- (d) the kernels it ran ---------------------------------------------------------------------------
     def recording(self):
-        """Where the kernels a forward runs are recorded: every forward runs inside this context. The kernel
-        dispatcher's record (``logitjudge_kernels``: ``with dispatch.recording() as rec``) is to be taken here,
-        and :meth:`kernels` then returns ``rec.as_meta()``; until then nothing is recorded."""
+        """Where the kernels this backend runs are recorded: every forward and every read-out of its
+        :attr:`head` runs inside this context. The kernel dispatcher's record (``logitjudge_kernels``:
+        ``with dispatch.recording() as rec``) is to be taken here, accumulated over the backend's life, and
+        :meth:`kernels` then returns ``rec.as_meta()``; until then nothing is recorded."""
         return contextlib.nullcontext()
 
     def kernels(self) -> dict:
