@@ -25,6 +25,13 @@ SITES = {"site_layer": [0, 0, 1], "site_kind": [0, 3, 3], "site_head": [-1, 0, 1
 HID = np.zeros((4, 6, 2, 4, 5))  # [items, orderings, layers, 1 + n, d]
 
 
+PP = np.tile([[0.7, 0.3], [0.4, 0.6]], (2, 1, 1))  # [pairs, orders, labels]
+PAIRS4 = np.array([[0, 1], [2, 3]])
+LP, LO, LC = np.full((2, 6, 3), 1 / 3), np.stack([balanced(3)] * 2), np.arange(6).reshape(2, 3)  # listwise
+H6 = np.array([1.0, 2, 3, 3, 2, 1])
+SUMM = st.listwise_summary(LP, LO, LC, np.array(list("aaabbb")), n_boot=0, rng=0)
+
+
 def MEAN(x):  # [draws, items] -> [draws]
     return x.mean(axis=1)
 
@@ -153,6 +160,62 @@ CASES = {
     "linear_summary": [lambda: st.linear_summary(HID, [0, 1], P[:2], O),
                        lambda: st.linear_summary(HID[..., :3, :], [0, 1], P, O),
                        lambda: st.linear_summary(HID, [0], P, O)],
+    # issue #25: the paradigms
+    "rao_scott_gof": [lambda: st.rao_scott_gof([[1.0, 2.0]]), lambda: st.rao_scott_gof([[1.0], [2.0]]),
+                      lambda: st.rao_scott_gof([[1.0, -1.0], [1.0, 1.0]]), lambda: st.rao_scott_gof(np.zeros((3, 2)))],
+    "cramers_v_corrected": [lambda: st.cramers_v_corrected(1.0, 10, 1),
+                            lambda: st.cramers_v_corrected(1.0, 10, 3, design_effect=-1.0),
+                            lambda: st.cramers_v_corrected("x", 10, 3)],
+    "slot_chisquare": [lambda: st.slot_chisquare([0, 1, 2], [0, 0, 1]), lambda: st.slot_chisquare([0, 1], [0])],
+    "top1_stability": [lambda: st.top1_stability(np.ones((2, 1, 3))), lambda: st.top1_stability([]),
+                       lambda: st.top1_stability(np.ones((2, 3, 3)), canonical=5),
+                       lambda: st.top1_stability(np.ones((2, 3, 3)), canonical=0, draws=True),
+                       lambda: st.top1_stability([np.ones((3, 2)), np.ones((4, 2))], draws=True)],
+    "winning_sets": [lambda: st.winning_sets([np.nan, 1.0]), lambda: st.winning_sets(np.ones((2, 0)))],
+    "check_pairwise": [lambda: st.check_pairwise(PP, [[0, 1]], G4), lambda: st.check_pairwise(PP, PAIRS4[:1], G4),
+                       lambda: st.check_pairwise(PP, [[0, 0], [2, 3]], G4),
+                       lambda: st.check_pairwise(PP, [[0, 2], [1, 3]], G4),
+                       lambda: st.check_pairwise(PP, [[0, 1], [1, 0]], G4),
+                       lambda: st.check_pairwise(PP, [[0.5, 1], [2, 3]], G4)],
+    "pair_verdicts": [lambda: st.pair_verdicts(PP[:, :1]), lambda: st.pair_verdicts(PP, reading="expected"),
+                      lambda: st.pair_verdicts(PP * 2)],
+    "debiased_preference": [lambda: st.debiased_preference(PP, reading="x"),
+                            lambda: st.debiased_preference(PP, reading="sampled", temperature=0)],
+    "swap_consistency": [lambda: st.swap_consistency(PP, PAIRS4, G4, cluster="x"),
+                         lambda: st.swap_consistency(PP, PAIRS4, G4, n_boot=-1),
+                         lambda: st.swap_consistency(PP, PAIRS4, G4[:2])],
+    "pairwise_slot_test": [lambda: st.pairwise_slot_test(PP, PAIRS4, G4, reading="expected"),
+                           lambda: st.pairwise_slot_test(PP[:1], PAIRS4[:1], G4)],
+    "bradley_terry": [lambda: st.bradley_terry(np.ones((3, 3))), lambda: st.bradley_terry(np.zeros((2, 3))),
+                      lambda: st.bradley_terry(np.zeros((2, 2)), prior=-1),
+                      lambda: st.bradley_terry(np.zeros((2, 2)), max_iter=0)],
+    "pairwise_ranking": [lambda: st.pairwise_ranking(PP, PAIRS4, G4, n_orientations=1),
+                         lambda: st.pairwise_ranking(PP, PAIRS4, G4, prior=0, reading="greedy")],
+    "check_listwise": [lambda: st.check_listwise(LP, LO[:1]), lambda: st.check_listwise(LP, LO[..., ::-1] * 0),
+                       lambda: st.check_listwise(LP * 2, LO), lambda: st.check_listwise(LP, LO, [[0, 1, 2]]),
+                       lambda: st.check_listwise(LP, LO, [[0, 1, 2], [2, 3, 4]])],
+    "choice_by_candidate": [lambda: st.choice_by_candidate(LP[:, :, :1], LO[:, :, :1]),
+                            lambda: st.choice_by_candidate(LP, 3)],
+    "listwise_design": [lambda: st.listwise_design([]), lambda: st.listwise_design([[[0, 0, 1]]])],
+    "slot_prior": [lambda: st.slot_prior(LP, np.zeros_like(LO) + np.arange(3)), lambda: st.slot_prior(LP, LO[:1])],
+    "listwise_ranking": [lambda: st.listwise_ranking(LP, LO, LC, 3),
+                         lambda: st.listwise_ranking(LP, LO, LC, 6, reading="expected")],
+    "listwise_slot_test": [lambda: st.listwise_slot_test(LP, np.zeros_like(LO) + np.arange(3)),
+                           lambda: st.listwise_slot_test([LP[0], np.full((6, 4), 0.25)],
+                                                         [LO[0], np.tile(np.arange(4), (6, 1))]),
+                           lambda: st.listwise_slot_test(LP[:, :1], LO[:, :1])],
+    "pointwise_summary": [lambda: st.pointwise_summary(P, V, O, G4[:3]),
+                          lambda: st.pointwise_summary(P, V, np.zeros((6, 3), int) + np.arange(3), G4),
+                          lambda: st.pointwise_summary(P, V, O, G4, reading="expected")],
+    "pairwise_summary": [lambda: st.pairwise_summary(PP, PAIRS4, G4, cost={"dollars": 1}),
+                         lambda: st.pairwise_summary(PP, PAIRS4, G4, cost={"seconds": "slow"})],
+    "listwise_summary": [lambda: st.listwise_summary(LP, LO, LC, np.array(list("aabbab"))),
+                         lambda: st.listwise_summary(LP, LO, LC, np.array(list("aaabbb")), reading="expected")],
+    "compare_paradigms": [lambda: st.compare_paradigms([], H), lambda: st.compare_paradigms(["x"], H),
+                          lambda: st.compare_paradigms([SUMM, SUMM], H6),
+                          lambda: st.compare_paradigms([SUMM], H6[:2]),
+                          lambda: st.compare_paradigms([SUMM], np.full(6, np.nan))],
+    "cost_from_meta": [lambda: st.cost_from_meta(None), lambda: st.cost_from_meta([1, 2])],
 }
 
 

@@ -64,6 +64,42 @@ from .expectation import (
     random_label_shares,
 )
 from .linear_probe import LinearSummary, ProbeResult, linear_summary, probe_accuracy
+
+# issue #25: the judging paradigms (stats/paradigms.py gathers pairwise, listwise and slots)
+from .paradigms import (
+    BradleyTerryResult,
+    ListwiseRankingResult,
+    PairwiseRankingResult,
+    ParadigmComparison,
+    ParadigmSummary,
+    RaoScottResult,
+    SlotTestResult,
+    SwapConsistencyResult,
+    Top1StabilityResult,
+    bradley_terry,
+    check_listwise,
+    check_pairwise,
+    choice_by_candidate,
+    compare_paradigms,
+    cost_from_meta,
+    cramers_v_corrected,
+    debiased_preference,
+    listwise_design,
+    listwise_ranking,
+    listwise_slot_test,
+    listwise_summary,
+    pair_verdicts,
+    pairwise_ranking,
+    pairwise_slot_test,
+    pairwise_summary,
+    pointwise_summary,
+    rao_scott_gof,
+    slot_chisquare,
+    slot_prior,
+    swap_consistency,
+    top1_stability,
+    winning_sets,
+)
 from .position import (
     PositionChiSquareResult,
     PositionDistributionResult,
@@ -125,4 +161,13 @@ __all__ = [
     "grouped_correlation", "jsonable", "kendall_tau_matrix", "per_group_correlations", "position_chisquare",
     "position_distribution", "position_label", "pride_debias", "pride_prior", "probs_by_position",
     "probs_from_positions", "rank_stability", "read_scores", "select_orderings", "system_correlation",
+]
+__all__ += [  # issue #25 (paradigms)
+    "BradleyTerryResult", "ListwiseRankingResult", "PairwiseRankingResult", "ParadigmComparison", "ParadigmSummary",
+    "RaoScottResult", "SlotTestResult", "SwapConsistencyResult", "Top1StabilityResult",
+    "bradley_terry", "check_listwise", "check_pairwise", "choice_by_candidate", "compare_paradigms", "cost_from_meta",
+    "cramers_v_corrected", "debiased_preference", "listwise_design",
+    "listwise_ranking", "listwise_slot_test", "listwise_summary", "pair_verdicts", "pairwise_ranking",
+    "pairwise_slot_test", "pairwise_summary", "pointwise_summary", "rao_scott_gof", "slot_chisquare", "slot_prior",
+    "swap_consistency", "top1_stability", "winning_sets",
 ]
