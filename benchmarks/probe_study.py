@@ -3,7 +3,7 @@ appears (logit lens), the heads that carry it (order-swap patching of single hea
 to option positions), and where the chosen position / option is linearly decodable (probes).
 
 The run is the library's own probe path: a ``logitjudge run`` spec with a ``[probe]`` section (``experiment.
-prepare`` loads HANNA, ``probe_experiment`` runs :func:`logitjudge.probe.run.probe`, resumable, and writes the probe
+prepare`` loads HANNA, ``probe_experiment`` runs a :class:`logitjudge.run.ProbeRun`, resumable, and writes the probe
 page with :func:`logitjudge.report.probe.write_probe_report`); this script reads the page's ``probe.json``, prints
 the study's tables and draws one compact figure. Stories: ``--stories N`` WritingPrompts prompts drawn with
 ``--seed``, one story of each (its system drawn with the seed), criterion ``--criterion`` (Coherence), the HANNA
@@ -315,14 +315,12 @@ def main(argv=None) -> int:
 
     from logitjudge import stats as st
     from logitjudge.autodtype import cpu_model
-    from logitjudge.experiment import SpecError, check_labels, load_judge, prepare, probe_experiment, probe_settings
-    from logitjudge.probe.table import ProbeTable
+    from logitjudge.experiment import SpecError, check_labels, load_judge, prepare, probe_experiment
 
     t0 = time.perf_counter()
     try:  # every setting is checked before the model loads
         exp = prepare(study_spec(args), data_dir=args.data_dir)
         exp = replace(exp, items=one_story_per_prompt(exp.items, args.seed))
-        probe_args = probe_settings(exp)
     except SpecError as e:
         ap.error(str(e))
     check_labels(exp)
@@ -334,10 +332,9 @@ def main(argv=None) -> int:
                f"multi-token labels {multi}: teacher-forced sum over the label's tokens")
     load_before = os.getloadavg()
     t1 = time.perf_counter()
-    page = probe_experiment(exp, lm, probe_args, progress=True)
+    table, page = probe_experiment(exp, lm, progress=True)
     t_probe = time.perf_counter() - t1
     res = json.loads((page.parent / "probe.json").read_text())
-    table = ProbeTable.load(exp.out / "probe.npz")
     title = (f"{args.model} on HANNA {args.criterion}: {len(exp.items)} stories x {len(exp.option_orders)} "
              "balanced orderings (CIs over stories)")
     out = {"title": title, "model": args.model, "criterion": args.criterion, "stories": [it.id for it in exp.items],
@@ -345,7 +342,7 @@ def main(argv=None) -> int:
            "label_tokens": tokens, "label_reading": reading, "prompt_tokens_first_story": prompt_tokens,
            "position_preference": res["position_preference"], "probes": args.probes, "sites": args.sites,
            "n_boot": args.n_boot, "seed": args.seed, "threads": torch.get_num_threads(),
-           "seconds": {"load": t_load, "probe_and_page": t_probe, "probe_run": table.meta.get("seconds")},
+           "seconds": {"load": t_load, "probe_and_page": t_probe, "probe_run": table.meta["timings"]["probe_seconds"]},
            "cpu": cpu_model(), "load_average": {"before": load_before, "after": os.getloadavg()}}
     if "lens" in res:
         lens = res["lens"]

@@ -1,7 +1,8 @@
-"""Command line: ``logitjudge score | analyze | run | demo`` (also ``python -m logitjudge``).
+"""Command line: ``logitjudge score | analyze | run | probe | demo`` (also ``python -m logitjudge``).
 
-``score`` builds a spec from its flags and runs it like ``run`` runs a TOML spec (the flags, their choices,
-defaults and help are the fields of logitjudge.spec).
+``score`` and ``probe`` build a spec from their flags and run it like ``run`` runs a TOML spec (the flags, their
+choices, defaults and help are the fields of logitjudge.spec; ``run`` takes the same --limit, --threads,
+--dump-prompts and --quiet over its spec's values).
 
 exit codes: 0 done; 2 bad usage or bad input (one line naming the problem and the fix); 130 interrupted
 (Ctrl-C or SIGTERM: finished batches are saved, run the same command again to continue); 1 internal error (one
@@ -17,8 +18,8 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .probe import cli as probe_cli
-from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, PromptSpec, Spec, add_flags
+from .errors import LogitJudgeError
+from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, ProbeSpec, PromptSpec, Spec, add_flags
 
 log = logging.getLogger("logitjudge")
 
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("score", "exact option distributions for texts under permuted rubrics")
     add_flags(s, ModelSpec, dest_prefix="model.")
-    add_flags(s, DataSpec, dest_prefix="data.", required=("texts",))
+    add_flags(s, DataSpec, dest_prefix="data.", one_of=("name", "texts"))
     add_flags(s, PromptSpec, dest_prefix="prompts.")
     add_flags(s, OrderingSpec, dest_prefix="orderings.")
     add_flags(s, Spec, required=("out",))
@@ -63,15 +64,30 @@ def build_parser() -> argparse.ArgumentParser:
                         "scores under --reading, label mass) to FILE.csv or FILE.parquet")
     add_flags(a, AnalysisSpec, dest_prefix="analysis.")
 
-    r = command("run", "run an experiment spec (.toml): score, analyse, report")
+    r = command("run", "run an experiment spec (.toml): score, analyse, report (and probe with [probe])")
     r.add_argument("spec", help="experiment spec (.toml); see experiments/")
-    r.add_argument("--data-dir", default=None, help="data sets folder (default: $LOGITJUDGE_DATA)")
     r.add_argument("--out", default=None, help="report folder (default: the spec's out)")
+    # the flags run shares with score and probe, set over the spec's values (default: the spec's)
+    add_flags(r, ModelSpec, only=("threads",), dest_prefix="model.", defaults=False)
+    add_flags(r, DataSpec, only=("dir", "limit"), dest_prefix="data.", defaults=False)
+    add_flags(r, Spec, only=("dump_prompts",), defaults=False)
+    r.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
+
+    p = command("probe", "where position bias comes from inside the judge: logit lens, attention to option lines, "
+                         "order-swap patching, linear probes")
+    add_flags(p, ModelSpec, dest_prefix="model.")
+    add_flags(p, DataSpec, dest_prefix="data.", one_of=("name", "texts"))
+    add_flags(p, PromptSpec, only=("template",), dest_prefix="prompts.")
+    add_flags(p, OrderingSpec, only=("options", "seed"), dest_prefix="orderings.")
+    add_flags(p, ProbeSpec, dest_prefix="probe.")
+    p.set_defaults(**{"probe.probes": "lens,attention,patch,linear"})
+    add_flags(p, AnalysisSpec, only=("n_boot",), dest_prefix="analysis.")
+    add_flags(p, Spec, required=("out",))
+    p.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
 
     d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo", help="report folder")
     d.add_argument("--model", default="gemma-3-270m", help="judge model id or folder")
-    probe_cli.add_parser(command)
     return ap
 
 
@@ -84,6 +100,20 @@ def cmd_score(args) -> int:
     table = score_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
     print(f"wrote {exp.table_path}: {table.shape[0]} items x {table.shape[1]} criteria x {table.shape[2]} "
           f"orderings x {table.shape[3]} options")
+    return 0
+
+
+def cmd_probe(args) -> int:
+    from .experiment import check_labels, load_judge, prepare, probe_experiment
+    from .spec import from_flags
+
+    exp = prepare(from_flags(args, name="probe"))  # everything but the model is checked here
+    check_labels(exp)
+    table, page = probe_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
+    print(f"wrote {exp.probe_path}: {len(table.item_ids)} items x {table.probs.shape[1]} orderings, probes "
+          f"{','.join(table.meta['probes'])}")
+    if page is not None:
+        print(f"report: {page}")
     return 0
 
 
@@ -133,7 +163,10 @@ def _export(table, path: Path) -> int:
 def cmd_run(args) -> int:
     from .experiment import run_experiment
 
-    res = run_experiment(args.spec, data_dir=args.data_dir, out=args.out)
+    over = {"model": {"threads": getattr(args, "model.threads")},
+            "data": {"dir": getattr(args, "data.dir"), "limit": getattr(args, "data.limit")},
+            "": {"dump_prompts": args.dump_prompts}}
+    res = run_experiment(args.spec, out=args.out, overrides=over, progress=not args.quiet)
     print(res["verdict"])
     print(f"report: {res['report']}")
     if "probe_report" in res:
@@ -147,11 +180,10 @@ def cmd_demo(args) -> int:
     return run_demo(args.out, model=args.model)
 
 
-COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo,
-            "probe": probe_cli.cmd_probe}
+COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo, "probe": cmd_probe}
 
 
-class UsageError(ValueError):
+class UsageError(LogitJudgeError, ValueError):
     """Flags that do not go together."""
 
 
@@ -169,7 +201,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: finished batches are saved; run the same command again to continue", file=sys.stderr)
         return 130
-    except (ValueError, OSError, *_expected_errors()) as e:
+    except (LogitJudgeError, OSError) as e:
         # the errors logitjudge raises itself say what is wrong and how to fix it
         if args.debug:
             raise
@@ -184,13 +216,6 @@ def main(argv=None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-
-
-def _expected_errors() -> tuple:
-    from .engine import EngineError
-    from .models import ModelError
-
-    return (ModelError, EngineError)
 
 
 def _main_thread() -> bool:

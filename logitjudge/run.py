@@ -1,10 +1,13 @@
-"""One scoring run: fingerprint, checkpoint, rank sharding, progress, meta, table assembly and the atomic save.
+"""A run: one resumable table made on one set of rails: fingerprint, checkpoint and its lock, rank sharding,
+progress, meta, table assembly and the atomic save.
 
-The same run drives single-criterion scoring (a step per batch of items, :func:`logitjudge.steps.score_batch`)
-and multi-criteria scoring (a step per item, the slot algorithms of :mod:`logitjudge.steps`). The batch plan is fixed
-from this rank's whole item list in fixed windows, whatever is already done, and each batch is checkpointed as
-one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is equal bit for
-bit. Under torchrun every rank scores its share with its own checkpoint; rank 0 writes the gathered table.
+:class:`Run` scores: single-criterion (a step per batch of items, :func:`logitjudge.steps.score_batch`) and
+multi-criteria (a step per item, the slot algorithms of :mod:`logitjudge.steps`). :class:`ProbeRun` probes the
+judge's internals on the same rails (a step per item, :func:`logitjudge.probe.steps.probe_item`). The batch plan
+is fixed from this rank's whole item list in fixed windows, whatever is already done, and each batch is
+checkpointed as one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is
+equal bit for bit. Under torchrun every rank runs its share with its own checkpoint; rank 0 writes the gathered
+table.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from pathlib import Path
 import numpy as np
 
 from . import distributed
-from .checkpoint import Checkpoint
+from .checkpoint import ARRAYS, SCORES, Checkpoint
 from .engine import Engine, EngineError, NonFiniteError
+from .errors import LogitJudgeError, ProbeError
 from .orderings import fixed, validate
+from .probe.patching import KINDS, make_sites
+from .probe.prompts import probe_prompts
+from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
+from .probe.table import ProbeTable
 from .prompts import load_template
-from .requests import check_orders, default_template, item_prompts, orders_of
+from .requests import default_template, item_prompts, orders_of
 from .steps import SLOT_FUNCTIONS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
 from .table import ScoreTable, TableError
 
@@ -42,28 +50,29 @@ def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | No
     return h.hexdigest()[:16]
 
 
+class RunError(LogitJudgeError, ValueError):
+    """Items or settings a run cannot start with."""
+
+
 class Run:
     """Score ``items`` under ``rubric``: single-criterion, or with ``criterion_orders`` (aligned with the option
     orders, K rows each) all criteria in one prompt, read slot by slot (``slots``: greedy | marginal).
 
     ``option_orders``: (K, n) shared by every item, or (I, K, n) per item. Everything is checked here, before
-    any prompt runs.
+    any prompt runs. The rails (:meth:`execute`) serve every run; a subclass sets what a step computes
+    (:meth:`batches`), how an item's record is checkpointed (``codec``) and how the table is made (:meth:`table`).
     """
+
+    label = "scoring"  # the progress bar's
+    codec = SCORES  # an item's checkpoint record: (probs, label_mass)
+    table_class = ScoreTable
 
     def __init__(self, lm, items, rubric, option_orders=None, *, criterion_orders=None, template=None,
                  engine: Engine | None = None, out=None, slots: str = "greedy", max_continuations: int = 20000,
                  progress: bool = True, meta: dict | None = None):
         self.multi = criterion_orders is not None
-        self.template = load_template(template or default_template(self.multi))
-        rubric.validate(need_descriptions=self.template.needs_descriptions
-                        and "{description}" in self.template.option_line)
-        if not items:
-            raise ValueError("no items to score")
-        ids = [it.id for it in items]
-        if len(set(ids)) != len(ids):
-            raise ValueError("item ids must be unique")
-        n = rubric.n_options
-        self.option_orders = check_orders(fixed(n) if option_orders is None else option_orders, n, len(items))
+        self._setup(lm, items, rubric, option_orders, template or default_template(self.multi), engine, out,
+                    progress, meta)
         K = self.option_orders.shape[-2]
         extra = {"mode": "single"}
         if self.multi:
@@ -71,15 +80,30 @@ class Run:
             if len(self.criterion_orders) != K:
                 raise MultiCriteriaError(f"{K} option orders but {len(self.criterion_orders)} criteria orders; they "
                                          "must be aligned row by row (use orderings.cross to combine them)")
-            check_slots(slots, n, rubric.n_criteria, max_continuations)
+            check_slots(slots, rubric.n_options, rubric.n_criteria, max_continuations)
             extra = {"mode": "multi", "slots": slots, "criterion_orders": self.criterion_orders.tolist()}
         else:
             self.criterion_orders = np.tile(np.arange(rubric.n_criteria), (K, 1))
-        self.lm, self.items, self.rubric, self.slots = lm, list(items), rubric, slots
-        self.engine = engine or Engine(lm)
-        self.out, self.progress, self.meta = out, progress, dict(meta or {})
+        self.slots = slots
         extra.update(token_budget=self.engine.token_budget, prefix_mode=self.engine.prefix_mode)
         self.fingerprint = run_fingerprint(lm, rubric, self.items, self.option_orders, self.template, extra)
+
+    def _setup(self, lm, items, rubric, option_orders, template, engine, out, progress, meta) -> None:
+        """What every run checks and holds: template, rubric, unique items, option orders, the engine."""
+        self.template = load_template(template)
+        rubric.validate(need_descriptions=self.template.needs_descriptions
+                        and "{description}" in self.template.option_line)
+        if not items:
+            raise RunError("no items to score")
+        ids = [it.id for it in items]
+        if len(set(ids)) != len(ids):
+            raise RunError("item ids must be unique")
+        n = rubric.n_options
+        self.option_orders = validate(fixed(n) if option_orders is None else option_orders, n, per_item=True,
+                                      n_items=len(items))
+        self.lm, self.items, self.rubric = lm, list(items), rubric
+        self.engine = engine or Engine(lm)
+        self.out, self.progress, self.meta = out, progress, dict(meta or {})
 
     # ---- the plan --------------------------------------------------------------------------------------------
     def batches(self, owned: list[int], done: dict):
@@ -113,7 +137,8 @@ class Run:
         if previous is not None:
             return previous
         world = distributed.current(self.lm.device)
-        ckpt = Checkpoint(self.out, self.fingerprint, tag=f".rank{world.rank}" if world.active else "")
+        ckpt = Checkpoint(self.out, self.fingerprint, tag=f".rank{world.rank}" if world.active else "",
+                          codec=self.codec)
         try:
             t0 = time.perf_counter()
             done = self.records(ckpt, world)
@@ -128,7 +153,7 @@ class Run:
         ckpt.finish()
         return table
 
-    def _save(self, table: ScoreTable, ckpt: Checkpoint) -> None:
+    def _save(self, table, ckpt: Checkpoint) -> None:
         try:
             table.save(self.out)
         except OSError as e:
@@ -140,7 +165,7 @@ class Run:
         world = world or distributed.World()
         owned = world.shard(len(self.items))
         bar = _progress(len(owned), sum(self.items[i].id in ckpt.done for i in owned),
-                        self.progress and world.rank == 0)
+                        self.progress and world.rank == 0, self.label)
         for idx, step in self.batches(owned, ckpt.done):
             try:
                 results = step(idx)
@@ -160,12 +185,12 @@ class Run:
         return (f"the model returned non-finite logits ({e.value}) for {where}; nothing was written for it. Check "
                 "the model's weights, or run in fp32 (--dtype fp32) if it overflows in half precision")
 
-    def _finished_table(self) -> ScoreTable | None:
+    def _finished_table(self):
         """The table already at ``out`` when it holds these settings (a rerun reuses it)."""
         if self.out is None or not Path(self.out).exists():
             return None
         try:
-            old = ScoreTable.load(self.out)
+            old = self.table_class.load(self.out)
         except TableError:
             old = None
         if old is not None and old.meta.get("fingerprint") == self.fingerprint:
@@ -189,6 +214,69 @@ class Run:
                           [it.group for it in items] if any(it.group for it in items) else None, meta)
 
 
+class ProbeRun(Run):
+    """Probe the judge's internals on ``items``' prompts for one criterion (index ``criterion``) under every
+    ordering, on the rails of a :class:`Run` and through the scores' engine (its backend and read-out):
+    ``probes`` (lens, attention, patch, linear), patching ``pairs`` and site ``kinds``, ``hidden_layers``
+    exported for the linear probes (default all). ``option_orders``: (K, n) shared or (I, K, n) per item."""
+
+    label = "probing"
+    multi = False
+    codec = ARRAYS  # an item's record: its arrays
+    table_class = ProbeTable
+
+    def __init__(self, lm, items, rubric, option_orders=None, *, probes=PROBES, criterion: int = 0,
+                 pairs: str = "reverse", kinds=KINDS, hidden_layers=None, template=None,
+                 engine: Engine | None = None, out=None, progress: bool = True, meta: dict | None = None):
+        if not 0 <= criterion < rubric.n_criteria:
+            raise ProbeError(f"criterion index {criterion} outside the rubric's {rubric.n_criteria} criteria")
+        self._setup(lm, items, rubric, option_orders, template or default_template(False), engine, out, progress,
+                    meta)
+        self.probes = check_probe_args(probes, self.option_orders, pairs=pairs, kinds=kinds)
+        backend = self.engine.backend
+        L = backend.n_layers
+        self.layers = list(range(L)) if hidden_layers is None else sorted(int(x) for x in hidden_layers)
+        if any(not 0 <= x < L for x in self.layers):
+            raise ProbeError(f"hidden layers {self.layers} outside 0..{L - 1}")
+        self.criterion, self.pair_kind, self.kinds = criterion, pairs, tuple(kinds)
+        patch = "patch" in self.probes
+        self.pairs = item_pairs(self.option_orders, pairs) if patch else np.zeros((0, 2), np.int64)
+        self.sites = make_sites(L, backend.n_heads, self.kinds if patch else ())
+        self.settings = {"mode": "probe", "probes": list(self.probes), "criterion": criterion, "pairs": pairs,
+                         "kinds": list(self.kinds), "hidden_layers": self.layers if "linear" in self.probes else [],
+                         "token_budget": self.engine.token_budget, "prefix_mode": self.engine.prefix_mode}
+        self.fingerprint = run_fingerprint(lm, rubric, self.items, self.option_orders, self.template,
+                                           self.settings)
+
+    def batches(self, owned: list[int], done: dict):
+        for i in owned:
+            if self.items[i].id not in done:
+                yield [i], self._probe_step
+
+    def _probe_step(self, idx: list[int]) -> list[dict]:
+        i = idx[0]
+        prompts = probe_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i),
+                                self.template, criterion=self.criterion)
+        return [probe_item(self.engine.backend, prompts, self.probes, pairs=self.pairs, sites=self.sites,
+                           hidden_layers=self.layers, token_budget=self.engine.token_budget)]
+
+    def table(self, done: dict, elapsed: float, world_size: int = 1) -> ProbeTable:
+        """The ProbeTable of finished records ``{item_id: {name: array}}``, in the items' order."""
+        crit, backend = self.rubric.criteria[self.criterion], self.engine.backend
+        meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed)
+        meta.update(fingerprint=self.fingerprint, world_size=world_size, n_layers=backend.n_layers,
+                    n_heads=backend.n_heads, probes=list(self.probes), pairs=self.pair_kind,
+                    criterion=crit.name, timings={"probe_seconds": elapsed})
+        meta.update(self.meta)
+        first = done[self.items[0].id]
+        stack = {k: np.stack([done[it.id][k] for it in self.items]) for k in first}
+        return ProbeTable([it.id for it in self.items], self.option_orders, [o.label for o in crit.options],
+                          crit.name, stack.pop("probs"),
+                          hidden_layers=np.array(self.layers if "linear" in self.probes else [], dtype=np.int64),
+                          pairs=self.pairs, site_layer=self.sites.layer, site_kind=self.sites.kind,
+                          site_head=self.sites.head, meta=meta, **stack)
+
+
 def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
     import torch
     import transformers
@@ -198,7 +286,7 @@ def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
     return {"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype, "device": lm.device,
             "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
             "prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
-            "torch_threads": torch.get_num_threads(), "kernels": kernel_backends(lm, engine),
+            "torch_threads": torch.get_num_threads(), "kernels": engine.backend.kernels(),
             "versions": {"logitjudge": __version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "numpy": np.__version__},
             "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats), **engine.mode_meta,
@@ -206,46 +294,7 @@ def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
                              "gemm_route": engine.gemm_route}}
 
 
-def kernel_backends(lm, engine) -> dict:
-    """Which backend ran each kernel: attention, the label read-out and the norms (C, PyTorch reference and why,
-    Triton, or transformers' own modules)."""
-    import torch
-    from logitjudge_kernels import HAS_TRITON
-    from logitjudge_kernels.cpu_attention import c_attention_refusal
-    from logitjudge_kernels.cpu_norm import cpu_kernels_status
-    from logitjudge_kernels.cpu_readout import MIN_ROWS, c_readout_refusal
-
-    cpu = engine.device.type == "cpu"
-    cfg = getattr(engine.model.config, "get_text_config", lambda: engine.model.config)()
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    dtype = next(engine.model.parameters()).dtype
-
-    def c_or_ref(reason, ref="PyTorch reference"):
-        return "C" if reason is None else f"{ref} ({reason})"
-
-    if engine.prefix_mode == "copy":
-        attention = "transformers' attention (copied prefix cache)"
-    elif cpu:
-        q = torch.empty(1, 1, 1, head_dim, dtype=dtype)
-        attention = c_or_ref(c_attention_refusal(q, getattr(cfg, "attn_logit_softcapping", None)),
-                             "ATen flash attention")
-    else:
-        attention = "Triton" if HAS_TRITON else "PyTorch reference (no Triton)"
-    if cpu:
-        h = torch.empty(1, engine._weight.shape[1])
-        readout = c_or_ref(c_readout_refusal(h, engine._weight, engine._softcap))
-        if readout == "C":
-            readout = f"C (batches of {MIN_ROWS}+ read rows; fewer: PyTorch reference)"
-    else:
-        readout = "Triton" if HAS_TRITON else "PyTorch reference (no Triton)"
-    if engine.prefix_mode != "native":
-        norms = "transformers' modules"
-    else:
-        norms = c_or_ref(cpu_kernels_status() if cpu else "the C kernels are CPU only")
-    return {"attention": attention, "readout": readout, "norms": norms}
-
-
-def _progress(total: int, done: int, enabled: bool):
+def _progress(total: int, done: int, enabled: bool, label: str):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=done, disable=not enabled, unit="item", desc="scoring")
+    return tqdm(total=total, initial=done, disable=not enabled, unit="item", desc=label)

@@ -25,6 +25,7 @@ import itertools
 import numpy as np
 
 from .engine import Engine, Job, continuation_logprobs, distribution, label_reads
+from .errors import LogitJudgeError
 from .prompts import EncodedPrompt
 from .requests import encode, slot_request
 
@@ -61,7 +62,7 @@ def score_batch(engine: Engine, prompts: list[list[EncodedPrompt]], n_criteria: 
     return out
 
 
-class MultiCriteriaError(ValueError):
+class MultiCriteriaError(LogitJudgeError, ValueError):
     pass
 
 
@@ -92,7 +93,7 @@ def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, crite
                 seqs += s + [list(ep.prompt_ids)]
                 reads += r + [[]]
                 ends += [None] * len(s) + [("ctx", k)]
-            res = engine.run([Job(seqs, reads, keep=ends)])
+            res = engine.evaluate([Job(seqs, reads, keep=ends)])
             results = [res[0]] * K
         else:
             jobs = []
@@ -102,7 +103,7 @@ def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, crite
                 s, r = label_reads(ep, k, m)
                 jobs.append(Job(s + [list(ep.prompt_ids[m:])], r + [[]], prefix=pkv.truncate(m),
                                 keep=[None] * len(s) + [("ctx", k)]))
-            results = engine.run(jobs)
+            results = engine.evaluate(jobs)
         for k, ep in enumerate(eps):
             c = criterion_orders[k][j]
             p, m_ = distribution(continuation_logprobs(results[k].logprobs, ep, k))
@@ -140,7 +141,7 @@ def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, cri
                 s, r = label_reads(ep, (k, path))
                 seqs += s
                 reads += r
-    lps = engine.run([Job(seqs, reads)])[0].logprobs
+    lps = engine.evaluate([Job(seqs, reads)])[0].logprobs
     probs, mass = np.zeros((C, K, n)), np.zeros((C, K))
     for k in range(K):
         weight = {(): 1.0}  # P(path) under the renormalised slot distributions

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import LogitJudgeError
 from .orderings import inverse, orders_per_item, validate
 
 
-class TableError(ValueError):
+class TableError(LogitJudgeError, ValueError):
     pass
 
 

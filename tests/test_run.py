@@ -33,7 +33,7 @@ def items() -> list[Item]:
 
 
 def per_item_orders(n_items: int, k: int, n: int) -> np.ndarray:
-    return np.stack([orderings.random(n, k, rng=10 + i) for i in range(n_items)])  # (I, K, n)
+    return np.stack([orderings.shared_random(n, k, rng=10 + i) for i in range(n_items)])  # (I, K, n)
 
 
 @pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
@@ -85,7 +85,7 @@ def test_one_dump_for_single_and_multi_criteria(tiny_lm, tmp_path):
     multi = [json.loads(x) for x in dump_prompts(tiny_lm, its, rub, orders, mtpl, tmp_path / "m.jsonl",
                                                  criterion_orders=co).read_text(encoding="utf-8").splitlines()]
     assert len(multi) == 2 * 2 and multi[0]["slot"] == 0
-    assert multi[0]["criteria_order"] == ["Fluency", "Coherence"] and multi[0]["criterion"] == "Fluency"
+    assert multi[0]["criterion_order"] == ["Fluency", "Coherence"] and multi[0]["criterion"] == "Fluency"
     ep = encode(tiny_lm, mtpl, rub, slot_request(its[0], orders[0][0], co[0]))
     assert multi[0]["prompt"] == ep.prompt_text and multi[0]["continuations"] == list(ep.continuations)
 

@@ -66,7 +66,7 @@ def test_designs_are_detected_for_shared_and_per_item_orders():
     assert detect_design(ords.parse("random:4", 4, n_items=5)) == PER_ITEM_RANDOM
     same = np.broadcast_to(ords.balanced(4), (3, 8, 4))
     assert detect_design(same) == "balanced"  # identical per-item sets are one shared set
-    assert detect_design(ords.random(4, 5, rng=0)) == "random"
+    assert detect_design(ords.shared_random(4, 5, rng=0)) == "shared-random"
 
 
 # ---- per-item tables ---------------------------------------------------------------------------------------
@@ -139,14 +139,14 @@ def _per_item_null_tables(n_tables):
     base = _order_blind("balanced", n_items=40)  # content only: the same distribution under every order
     p = base.probs[:, 0, 0]  # [items, options]
     for seed in range(n_tables):
-        orders = ords.random_per_item(4, 4, 40, rng=seed)
+        orders = ords.random(4, 4, 40, rng=seed)
         pbp = np.take_along_axis(np.broadcast_to(p[:, None], (40, 4, 4)), orders, axis=2)
         yield pbp, orders
 
 
 def test_order_blind_judge_is_refused_on_a_shared_random_design():
     # the case: every item picks the same option under 4 shared random orders -> spurious "bias"
-    t = _order_blind(ords.random(4, 4, rng=1))
+    t = _order_blind(ords.shared_random(4, 4, rng=1))
     pbp = t.probs_by_position()[:, 0]
     with pytest.raises(ConfoundedDesignError, match="content and position are confounded.*random:K"):
         position_chisquare(pbp, t.option_orders, n_boot=0)

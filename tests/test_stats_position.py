@@ -43,7 +43,7 @@ def test_probs_by_position_matches_table_and_inverts():
 def test_detect_design():
     assert detect_design(ords.balanced(5)) == "balanced"
     assert detect_design(ords.fixed(5, 3)) == "fixed"
-    assert detect_design(ords.random(5, 7, rng=0)) == "random"
+    assert detect_design(ords.shared_random(5, 7, rng=0)) == "shared-random"
 
 
 def test_chisquare_matches_scipy_and_cramers_v_by_hand():
@@ -165,7 +165,7 @@ def test_position_effect_is_exact_without_noise_and_works_on_random_designs():
     t = planted_table(30, 4, position_bias=bias, orderings="random", n_orderings=12, rng=1)
     res = fit_position_effect(t.probs[:, 0], t.option_orders, n_boot=0)
     np.testing.assert_allclose(res.bias, bias - bias.mean(), atol=1e-10)
-    assert res.design == "random"
+    assert res.design == "shared-random"
 
 
 def test_position_effect_refuses_fixed_design():

@@ -36,7 +36,7 @@ from ._result import (
     BALANCED,
     FIXED,
     PER_ITEM_RANDOM,
-    RANDOM,
+    SHARED_RANDOM,
     Result,
     ShapeError,
     StatsError,
@@ -59,7 +59,7 @@ def pool_kind(option_orders) -> str:
     'per-item random orders' (an estimate of one), 'balanced orders', 'shared orders' or 'fixed order'."""
     if has_all_orders(option_orders):
         return "all orders"
-    return {PER_ITEM_RANDOM: "per-item random orders", BALANCED: "balanced orders", RANDOM: "shared orders",
+    return {PER_ITEM_RANDOM: "per-item random orders", BALANCED: "balanced orders", SHARED_RANDOM: "shared orders",
             FIXED: "fixed order"}[detect_design(option_orders)]
 
 

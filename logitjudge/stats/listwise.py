@@ -44,7 +44,7 @@ from ._result import (
     BALANCED,
     FIXED,
     PER_ITEM_RANDOM,
-    RANDOM,
+    SHARED_RANDOM,
     ConfoundedDesignError,
     DesignError,
     InsufficientDataError,
@@ -206,7 +206,7 @@ def listwise_slot_test(choice_probs, orders, *, reading: str = "greedy", tempera
     if design == FIXED and not allow_confounded:
         raise DesignError("every group shows its candidates in one order (FIXED): slot and content are "
                           "confounded; score several candidate orders, or pass allow_confounded=True")
-    if design == RANDOM and not allow_confounded:
+    if design == SHARED_RANDOM and not allow_confounded:
         raise ConfoundedDesignError("one random set of candidate orders shared by every group confounds "
                                     "content with slot; draw orders per group, or pass allow_confounded=True")
     m = probs[0].shape[1]

@@ -53,7 +53,7 @@ import numpy as np
 from ._result import (
     FIXED,
     PER_ITEM_RANDOM,
-    RANDOM,
+    SHARED_RANDOM,
     ConfoundedDesignError,
     DesignError,
     InsufficientDataError,
@@ -189,7 +189,7 @@ def pointwise_summary(probs, values, option_orders, groups, *, reading: str = "g
     if design == FIXED and not allow_confounded:
         raise DesignError("the option orders are FIXED: position and content are confounded; score several "
                           "orderings, or pass allow_confounded=True")
-    if design == RANDOM and not allow_confounded:
+    if design == SHARED_RANDOM and not allow_confounded:
         raise ConfoundedDesignError("one random ordering set shared by every item confounds content with "
                                     "position; use per-item random or balanced orders, or allow_confounded=True")
     per = read_scores(p, values, reading=reading, temperature=temperature)  # [items, orderings]

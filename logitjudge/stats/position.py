@@ -24,7 +24,7 @@ from ._result import (
     BALANCED,
     FIXED,
     PER_ITEM_RANDOM,
-    RANDOM,
+    SHARED_RANDOM,
     ConfoundedDesignError,
     ConfoundedDesignWarning,
     DesignError,
@@ -220,7 +220,7 @@ def _check_design(design: str, allow_confounded: bool, what: str) -> None:
                               "or pass allow_confounded=True to compute it anyway")
         warnings.warn(f"{what} on a FIXED design: position is confounded with content",
                       ConfoundedDesignWarning, stacklevel=3)
-    elif design == RANDOM:
+    elif design == SHARED_RANDOM:
         if not allow_confounded:
             raise ConfoundedDesignError(
                 f"{what}: the random orders are shared by every item, so content and position are confounded "

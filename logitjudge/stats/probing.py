@@ -2,7 +2,8 @@
 preference appears along the layers (logit lens), which heads attend by position or follow the chosen content
 (attention), which sites carry the choice (order-swap patching).
 
-Pure functions on arrays (canonical option order on the last axis, ``option_orders[K, n]`` shared by the items);
+Pure functions on arrays (canonical option order on the last axis, ``option_orders[K, n]`` shared by the items
+or ``[I, K, n]`` per item);
 bootstrap CIs resample items (``rng``); bad input raises :class:`StatsError`. The linear probes are in
 :mod:`.linear_probe`.
 """
@@ -51,9 +52,14 @@ def chosen_option(probs, option_orders) -> tuple[np.ndarray, np.ndarray]:
     """``(option, position)``, each (I, K): the canonical option each prompt ranks first in ``probs[I, K, n]``
     (argmax, first index on an exact tie) and the position it is shown at under ``option_orders``."""
     p = _probs(probs, "probs", 3, "[items, orderings, options]")
-    orders = check_orders(option_orders, p.shape[1], p.shape[2])
+    orders = _per_item(check_orders(option_orders, p.shape[1], p.shape[2], n_items=p.shape[0]))
     opt = p.argmax(axis=-1)
-    return opt, np.argmax(orders[None] == opt[..., None], axis=-1)
+    return opt, np.argmax(orders == opt[..., None], axis=-1)
+
+
+def _per_item(orders: np.ndarray) -> np.ndarray:
+    """(1, K, n) for shared orders, (I, K, n) per item: indexed the same way, broadcast over the items."""
+    return orders[None] if orders.ndim == 2 else orders
 
 
 # ---- logit lens --------------------------------------------------------------------------------------------
@@ -122,7 +128,7 @@ def lens_position_effect(lens_probs, option_orders, *, alpha: float = 0.05, frac
                          n_boot: int = 1000, confidence: float = 0.95, rng=None) -> LensPositionResult:
     """Position preference of each layer's lens, ``lens_probs[item, ordering, layer, option]`` (canonical)."""
     p = _probs(lens_probs, "lens_probs", 4, "[items, orderings, layers, options]")
-    orders = check_orders(option_orders, p.shape[1], p.shape[3])
+    orders = check_orders(option_orders, p.shape[1], p.shape[3], n_items=p.shape[0])
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     rng = as_rng(rng)
     boot = n_boot if p.shape[0] >= 2 else 0
@@ -176,12 +182,12 @@ def attention_summary(attention, option_orders, probs, *, n_boot: int = 1000, co
     n = p.shape[2]
     if a.shape[:2] != p.shape[:2] or a.shape[4] != 2 * n + 3:
         raise ShapeError(f"attention {a.shape} must be (I, K, L, H, 2n + 3) for probs {p.shape}")
-    orders = check_orders(option_orders, p.shape[1], n)
+    orders = check_orders(option_orders, p.shape[1], n, n_items=p.shape[0])
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     rng = as_rng(rng)
     lines = a[..., :n] + a[..., n:2 * n]  # (I, K, L, H, n) by position
-    inv = np.argsort(orders, axis=1)  # (K, n): position of canonical option o
-    by_opt = np.take_along_axis(lines, inv[None, :, None, None, :], axis=-1)
+    inv = np.argsort(_per_item(orders), axis=-1)  # (1 or I, K, n): position of canonical option o
+    by_opt = np.take_along_axis(lines, inv[:, :, None, None, :], axis=-1)
     opt, _ = chosen_option(p, orders)
     on_chosen = np.take_along_axis(by_opt, opt[:, :, None, None, None], axis=-1)[..., 0]
     follows = on_chosen - (by_opt.sum(-1) - on_chosen) / (n - 1)  # (I, K, L, H)
@@ -257,7 +263,7 @@ def patch_summary(clean, patched, pairs, option_orders, *, site_layer, site_kind
                          f"and {len(layer)} sites")
     if pr.size and (pr.min() < 0 or pr.max() >= K) or np.any((kind < 0) | (kind >= len(SITE_KINDS))):
         raise StatsError(f"pairs must index the {K} orderings and site_kind the kinds {list(SITE_KINDS)}")
-    orders = check_orders(option_orders, K, n)
+    orders = check_orders(option_orders, K, n, n_items=I)
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     need_items(I, 1, "patch_summary")
     rng = as_rng(rng)
@@ -272,15 +278,16 @@ def patch_summary(clean, patched, pairs, option_orders, *, site_layer, site_kind
         (np.full(len(layer), np.nan),) * 3
     top = pat.argmax(-1)  # (I, P, S)
     s_top, t_top = ps.argmax(-1), pt.argmax(-1)  # (I, P)
-    pos_s = np.argmax(orders[src][None] == s_top[..., None], axis=-1)  # position in the source
-    at_pos = orders[tgt][np.arange(len(tgt))[None], pos_s]  # target's option at that position
+    o3 = _per_item(orders)  # (1 or I, K, n)
+    pos_s = np.argmax(o3[:, src] == s_top[..., None], axis=-1)  # position in the source
+    at_pos = np.take_along_axis(o3[:, tgt], pos_s[..., None], axis=-1)[..., 0]  # target's option at that position
 
     def share(x):
         return (x * ok[..., None]).sum((0, 1)) / max(ok.sum(), 1)
 
     pref = int(probs_by_position(c, orders).mean((0, 1)).argmax())
-    opt_at_pref = orders[tgt, pref]  # (P,) canonical option each target shows at the preferred position
-    at_pref = opt_at_pref[None, :, None, None]
+    opt_at_pref = o3[:, tgt, pref]  # (1 or I, P) canonical option each target shows at the preferred position
+    at_pref = opt_at_pref[:, :, None, None]
     drop = np.take_along_axis(pt[:, :, None], at_pref, -1) - np.take_along_axis(pat, at_pref, -1)  # (I, P, S, 1)
     drop = drop[..., 0]
     d, d_lo, d_hi = _mean_ci(drop.mean(1), n_boot, rng, confidence)  # drop: (I, P, S)
