@@ -142,11 +142,11 @@ def slot_prior(choice_probs, orders, *, floor: float = 1e-12) -> list[np.ndarray
     shapes = sorted({p.shape for p in probs})
     for shape in shapes:
         idx = [g for g, p in enumerate(probs) if p.shape == shape]
-        if all(np.all(ords[g] == ords[g][0]) for g in idx):  # checked here: a rank test on rounding noise passes
-            raise DesignError(f"the lists of {shape[1]} candidates are each shown in one order: slot and content "
-                              "are confounded and no slot prior can be fitted; score several candidate orders")
         canon = np.stack([np.take_along_axis(probs[g], inverse(ords[g]), axis=1) for g in idx])
-        fit = fit_position_effect(canon, np.stack([ords[g] for g in idx]), n_boot=0, floor=floor)
+        try:
+            fit = fit_position_effect(canon, np.stack([ords[g] for g in idx]), n_boot=0, floor=floor)
+        except DesignError as e:
+            raise DesignError(f"no slot prior for the lists of {shape[1]} candidates: {e}") from None
         for g in idx:
             out[g] = fit.prior
     return out

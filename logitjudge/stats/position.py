@@ -326,6 +326,15 @@ def _position_design(orders: np.ndarray) -> np.ndarray:
     return _double_centre(np.moveaxis(onehot, 2, 0)).reshape(n, k * n).T
 
 
+def _identifiable(design: np.ndarray, n: int) -> bool:
+    """Whether the stacked double-centred position indicators ``design[rows, n]`` have rank n - 1 (the biases
+    less their mean). The rank counts singular values above 1e-9 sqrt(rows): an identifiable design's are of order
+    sqrt(rows) (a balanced one's all sqrt(K)), while a FIXED design's are rounding noise (~1e-16 sqrt(rows)),
+    which ``numpy.linalg.matrix_rank``'s tolerance, relative to the largest of them, reads as full rank."""
+    design = design.reshape(-1, n)
+    return int(np.linalg.matrix_rank(design, tol=1e-9 * np.sqrt(design.shape[0]))) >= n - 1
+
+
 def fit_position_effect(probs, option_orders, *, n_boot: int = 1000, confidence: float = 0.95, rng=None,
                         floor: float = 1e-12) -> PositionEffectResult:
     """Exact least-squares fit of per-position log biases from canonical ``probs[item, ordering, option]``.
@@ -348,7 +357,7 @@ def fit_position_effect(probs, option_orders, *, n_boot: int = 1000, confidence:
     y = _double_centre(np.log(np.maximum(p, floor))).reshape(i, k * n)
     if orders.ndim == 2:
         x = _position_design(orders)
-        if np.linalg.matrix_rank(x) < n - 1:
+        if not _identifiable(x, n):
             raise DesignError("position bias is not identifiable from these orderings (a FIXED design, or too "
                               "little variation in where each option is shown); score under balanced or random "
                               "orderings")
@@ -357,7 +366,7 @@ def fit_position_effect(probs, option_orders, *, n_boot: int = 1000, confidence:
     else:  # per-item orders: one least-squares fit pooled over items (each item's design is its own)
         xs = np.stack([_position_design(o) for o in orders])  # [items, K*n, n]
         gram, rhs = np.einsum("ikn,ikm->inm", xs, xs), np.einsum("ikn,ik->in", xs, y)
-        if np.linalg.matrix_rank(gram.sum(axis=0)) < n - 1:
+        if not _identifiable(xs, n):
             raise DesignError("position bias is not identifiable from these per-item orderings (every item "
                               "shows each option at the same position); score random or balanced orders")
         per_item = None
