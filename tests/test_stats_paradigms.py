@@ -112,16 +112,22 @@ def test_the_rao_scott_test_holds_its_level_under_clustered_preferences():
 
 
 def test_identical_clusters_have_no_variance():
-    biased = st.rao_scott_gof(np.tile([3.0, 1.0], (10, 1)))
+    biased = st.rao_scott_chisquare(np.tile([3.0, 1.0], (10, 1)))
     assert biased.pvalue == 0.0 and biased.design_effect == 0.0 and np.isinf(biased.statistic_corrected)
-    even = st.rao_scott_gof(np.tile([2.0, 2.0], (10, 1)))
+    assert np.isnan(biased.dof_corrected)  # d = tr(D)^2 / tr(D^2) is 0 / 0
+    even = st.rao_scott_chisquare(np.tile([2.0, 2.0], (10, 1)))
     assert even.pvalue == 1.0 and even.statistic == 0.0
+    # a cluster whose prompts all answered the tie label (no slot) is a cluster of weight 0: it counts in C
+    tie = st.rao_scott_chisquare([[3.0, 1.0], [1.0, 3.0], [0.0, 0.0]])
+    assert tie.n_clusters == 3 and tie.dof_denominator == pytest.approx(2 * tie.dof_corrected)
 
 
 def test_corrected_cramers_v_by_hand():
-    # X^2 = 30 on N = 100 over k = 4 with deff 2: sqrt((30 - 3 * 2) / (100 * 3)) = sqrt(0.08)
-    assert st.cramers_v_corrected(30.0, 100, 4, design_effect=2.0) == pytest.approx(np.sqrt(0.08))
+    # X^2 = 30 on N = 100 over k = 4 with deff 2: sqrt((30 - 3 * 2) / (3 * (100 - 2))) = sqrt(24 / 294) = 2/7
+    # (the maximum, X^2 = 3 N, corrected alike)
+    assert st.cramers_v_corrected(30.0, 100, 4, design_effect=2.0) == pytest.approx(2 / 7)
     assert st.cramers_v_corrected(5.0, 100, 4, design_effect=2.0) == 0.0  # below its null expectation
+    assert st.cramers_v_corrected(300.0, 100, 4, design_effect=0.0) == 1.0  # every prompt answered one slot
 
 
 # ---- pairwise -------------------------------------------------------------------------------------------------

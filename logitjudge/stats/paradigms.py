@@ -97,11 +97,8 @@ from .pairwise import (
 from .position import chosen_positions, probs_by_position
 from .readings import check_reading, draw_answers, read_scores, tempered
 from .slots import (
-    RaoScottResult,
     SlotTestResult,
     Top1StabilityResult,
-    cramers_v_corrected,
-    rao_scott_gof,
     slot_chisquare,
     top1_stability,
     winning_sets,
@@ -111,11 +108,11 @@ PARADIGMS = ("pointwise", "pairwise", "listwise")
 COST_KEYS = ("forward_calls", "trie_tokens", "seconds")
 __all__ = [  # this module's own names and the paradigm estimators it gathers for logitjudge.stats
     "BradleyTerryResult", "ListwiseRankingResult", "PairwiseRankingResult", "ParadigmComparison", "ParadigmSummary",
-    "RaoScottResult", "SlotTestResult", "SwapConsistencyResult", "Top1StabilityResult",
+    "SlotTestResult", "SwapConsistencyResult", "Top1StabilityResult",
     "bradley_terry", "check_listwise", "check_pairwise", "choice_by_candidate", "compare_paradigms", "cost_from_meta",
-    "cramers_v_corrected", "debiased_preference", "listwise_design",
+    "debiased_preference", "listwise_design",
     "listwise_ranking", "listwise_slot_test", "listwise_summary", "pair_verdicts", "pairwise_ranking",
-    "pairwise_slot_test", "pairwise_summary", "pointwise_summary", "rao_scott_gof", "slot_chisquare", "slot_prior",
+    "pairwise_slot_test", "pairwise_summary", "pointwise_summary", "slot_chisquare", "slot_prior",
     "swap_consistency", "top1_stability", "winning_sets",
 ]
 

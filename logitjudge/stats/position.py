@@ -47,7 +47,7 @@ from ._result import (
     percentile_ci,
     softmax,
 )
-from .clustered import chi2_and_design_effect, cramers_v_corrected, rao_scott_chisquare
+from .clustered import bootstrap_v_and_shares, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
 from .direction import _favoured, position_label
 from .readings import check_reading, draw_answers, tempered
 
@@ -141,9 +141,10 @@ class PositionChiSquareResult(Result):
     ``counts[position]``: how many prompts chose each position (``reading`` 'greedy': the argmax, exact ties
     split; 'sampled': one seeded run of a judge sampling at ``temperature``). ``statistic``: Pearson's X² of the
     pooled counts (``dof`` = n - 1). ``pvalue``: Rao-Scott's second-order test with items as clusters
-    (:func:`~logitjudge.stats.rao_scott_chisquare`: ``statistic_corrected`` on ``dof_corrected`` degrees of
-    freedom; ``design_effect`` is how many times the pooled shares vary more than independent prompts') - the
-    p-value every verdict uses. ``pvalue_per_prompt``: the plain χ² p-value with prompts treated as
+    (:func:`~logitjudge.stats.rao_scott_chisquare`, defined in :mod:`logitjudge.stats.clustered`:
+    ``statistic_corrected`` on ``dof_corrected`` = d degrees of freedom, referred to F(d, d (``n_items`` - 1));
+    ``design_effect`` is how many times the pooled shares vary more than independent prompts') - the p-value
+    every verdict uses. ``pvalue_per_prompt``: the plain χ² p-value with prompts treated as
     independent, kept for comparison only (an item's orderings are correlated, so it is far too small).
     ``cramers_v``: bias-corrected (:func:`~logitjudge.stats.cramers_v_corrected`, items as clusters), with a
     percentile bootstrap CI over items that can reach 0; ``cramers_v_raw``: the uncorrected sqrt(X²/(N(n-1))).
@@ -182,15 +183,7 @@ class PositionChiSquareResult(Result):
     cramers_v_raw: float = float("nan")
     favoured_index: tuple[int, ...] = ()
     n_items: int = 0
-    test: str = "Rao-Scott second-order χ², items as clusters"
-
-
-def cramers_v_gof(chi2, n, k):
-    """Cramér's V for a goodness-of-fit test: sqrt(chi2 / (N (k - 1)))."""
-    chi2, n = as_float(chi2, "chi2"), as_float(n, "n")
-    if k < 2 or np.any(n <= 0) or np.any(chi2 < 0):
-        raise StatsError(f"Cramér's V needs chi2 >= 0, N > 0 and k >= 2 categories, got k={k}")
-    return np.sqrt(chi2 / (n * (k - 1)))
+    test: str = "Rao-Scott second-order χ² referred to F(d, d(C-1)), C items as clusters"
 
 
 def chosen_positions(pbp, *, reading: str = "greedy", temperature: float = 1.0, rng=None,
@@ -237,13 +230,12 @@ def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperatu
     """Test that the chosen positions are uniform, with items as the unit (see
     :class:`PositionChiSquareResult`).
 
-    The verdict's p-value is Rao-Scott's second-order correction of Pearson's X² with items as clusters
-    (:func:`~logitjudge.stats.rao_scott_chisquare`): an item's prompts share its content, so they are not
-    independent draws, and the null is the study's - no position preference shared by the items (the mean share
-    of each position over items is 1/n; an item may prefer a position of its own). Rao-Scott rather than an
-    item-level permutation of position labels: its null asks only for uniform mean shares (a relabelling test
-    also needs every item's counts to be exchangeable across positions), it is deterministic (no Monte-Carlo
-    floor on small p-values) and it yields the design effect. It is asymptotic in the number of items.
+    The verdict's p-value is Rao-Scott's second-order correction of Pearson's X² with items as clusters,
+    referred to F(d, d (C - 1)) (:func:`~logitjudge.stats.rao_scott_chisquare`; the definition, and why
+    Rao-Scott rather than a permutation of position labels within items, are in
+    :mod:`logitjudge.stats.clustered`): an item's prompts share its content, so they are not independent draws,
+    and the null is the study's - no position preference shared by the items (the mean share of each position
+    over items is 1/n; an item may prefer a position of its own).
     Valid designs: balanced (every option at every position equally often for every item; all n! orders
     included) and per-item random orders (which need an expected count of at least 5 per position:
     InsufficientDataError otherwise). A random set shared by every item confounds content and position
@@ -271,14 +263,7 @@ def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperatu
     rs = rao_scott_chisquare(per_item)
     v = cramers_v_corrected(rs.statistic, n_total, k, design_effect=rs.design_effect)
     share = counts / n_total
-    if n_boot:
-        w = bootstrap_weights(a.shape[0], n_boot, rng)
-        chi2_b, deff_b, n_b = chi2_and_design_effect(w, per_item)
-        v_lo, v_hi = percentile_ci(cramers_v_corrected(chi2_b, n_b, k, design_effect=deff_b), confidence)
-        s_lo, s_hi = percentile_ci((w @ per_item) / n_b[:, None], confidence)
-    else:
-        v_lo = v_hi = float("nan")
-        s_lo = s_hi = np.full(k, np.nan)
+    v_lo, v_hi, s_lo, s_hi = bootstrap_v_and_shares(per_item, n_boot, confidence, rng)
     label, why = position_label(share, s_lo, rs.pvalue, alpha, counts=counts, design_effect=rs.design_effect)
     fav = np.flatnonzero(_favoured(counts, s_lo, alpha, rs.design_effect)) if label != "none" else np.zeros(0, int)
     return PositionChiSquareResult(rs.statistic, rs.pvalue, k - 1, n_total, counts, np.full(k, n_total / k), share,
