@@ -54,11 +54,12 @@ from ._result import (
     as_rng,
     check_distributions,
     detect_design,
+    group_score_list,
 )
 from .pairwise import answer_weights
 from .position import fit_position_effect
 from .readings import check_reading, draw_answers, tempered
-from .slots import SlotTestResult, group_score_list, slot_chisquare
+from .slots import SlotTestResult, slot_chisquare
 
 MAX_CANDIDATES = 26  # one letter each
 

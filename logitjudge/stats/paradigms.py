@@ -96,13 +96,8 @@ from .pairwise import (
 )
 from .position import chosen_positions, probs_by_position
 from .readings import check_reading, draw_answers, read_scores, tempered
-from .slots import (
-    SlotTestResult,
-    Top1StabilityResult,
-    slot_chisquare,
-    top1_stability,
-    winning_sets,
-)
+from .slots import SlotTestResult, slot_chisquare
+from .top1 import Top1StabilityResult, top1_stability, winning_sets
 
 PARADIGMS = ("pointwise", "pairwise", "listwise")
 COST_KEYS = ("forward_calls", "trie_tokens", "seconds")

@@ -1,6 +1,5 @@
 """What every judging paradigm shares: the position bias of the answered *slot* with the cluster (the thing
-that is reordered: an item, a pair, a group) as the unit, and the stability of each group's winning set under
-reordering.
+that is reordered: an item, a pair, a group) as the unit.
 
 A slot is a place an answer points at: the position of a rubric option (pointwise), the label "A" or "B"
 (pairwise), a letter of a candidate list (listwise). People read slots from 1 (slot 1 = "A" = the first
@@ -26,20 +25,8 @@ unit whose prompts are correlated. With N the answered weight, p_s the pooled sh
 * ``label``: :func:`logitjudge.stats.position_label` on the shares, their cluster-bootstrap lower bounds and
   the cluster-robust p.
 
-Top-1 stability (:func:`top1_stability`)
-----------------------------------------
-Input per group ``scores[ordering, candidate]``: the judge's score of each candidate (canonical candidate
-order) when the group is shown in that ordering. The winning set of an ordering is every candidate within
-``tol`` of the best. A **flip** is a change of the winning set between two orderings: a tie that stays the same
-tie is no flip, so a group whose candidates all tie contributes 0. ``flip_certain`` (disjoint winning sets) and
-``flip_possible`` (anything but the same single winner) bound what a tie-break could make of it;
-``flip_tie_broken`` breaks ties uniformly and independently (1 - u_a . u_b); ``tied`` is the share of compared
-orderings with a tie at the top on either side. Per group the mean over every unordered pair of orderings (or
-over (canonical, other) pairs with ``canonical``), then the mean over groups, with a bootstrap CI over groups.
-With ``draws=True`` the orderings are independent random draws (per-item random orders; pairwise single-order
-runs): the flip is then a Monte-Carlo estimate of the probability that two random orderings give different
-winning sets, and ``flip_se`` is its delete-one-draw jackknife standard error (NaN for a fixed design, whose
-pairs of orderings are enumerated exactly).
+Top-1 stability under reordering, the paradigms' other shared measure, is
+:func:`logitjudge.stats.top1_stability` (in :mod:`logitjudge.stats.top1`, beside the rubric's top-1 flips).
 """
 
 from __future__ import annotations
@@ -49,16 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._result import (
-    InsufficientDataError,
     Result,
     ShapeError,
     StatsError,
     as_float,
     as_rng,
-    bootstrap_weights,
     check_confidence,
     check_n_boot,
-    percentile_ci,
 )
 from .clustered import bootstrap_v_and_shares, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
 from .position import position_label
@@ -155,120 +139,3 @@ def slot_chisquare(answered, clusters, *, n_slots: int | None = None, reading: s
     return SlotTestResult(rs.statistic, rs.statistic_corrected, rs.pvalue, rs.dof_corrected, rs.design_effect,
                           rs.pvalue_per_prompt, v, v_lo, v_hi, v_raw, counts, shares, s_lo, s_hi, rs.n,
                           w.shape[0], y.shape[0], k, label, why, fav, reading, str(unit), float(alpha), confidence)
-
-
-# ---- top-1 winning sets -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Top1StabilityResult(Result):
-    """How often a group's winning set changes between orderings (definitions in the module doc): ``flip``
-    with a percentile bootstrap CI over groups, its bounds ``flip_certain`` <= ``flip`` <= ``flip_possible``,
-    ``flip_tie_broken`` and ``tied``; ``per_group`` flips; ``pairs`` 'all' or 'vs canonical'; ``flip_se`` the
-    Monte-Carlo standard error when the orderings are random draws (else NaN). ``reading`` names how the
-    scores were read."""
-
-    flip: float
-    flip_ci_low: float
-    flip_ci_high: float
-    flip_se: float
-    flip_certain: float
-    flip_possible: float
-    flip_tie_broken: float
-    tied: float
-    per_group: np.ndarray
-    n_groups: int
-    n_groups_skipped: int
-    pairs: str
-    reading: str
-    confidence_level: float
-
-
-def group_score_list(scores, name: str = "scores") -> list[np.ndarray]:
-    """A [G, K, m] array or a sequence of G arrays [K_g, m_g] as a list of finite 2-D float arrays."""
-    if isinstance(scores, np.ndarray) and scores.dtype != object:
-        a = as_float(scores, name)
-        if a.ndim != 3:
-            raise ShapeError(f"{name} must be [groups, orderings, candidates] or a list of [orderings, "
-                             f"candidates] arrays, got shape {a.shape}")
-        out = list(a)
-    else:
-        try:
-            out = [as_float(s, name) for s in scores]
-        except TypeError:
-            raise StatsError(f"{name} must be a sequence of [orderings, candidates] arrays") from None
-    if not out:
-        raise InsufficientDataError(f"{name} has no groups")
-    for s in out:
-        if s.ndim != 2 or s.shape[0] < 1 or not np.all(np.isfinite(s)):
-            raise ShapeError(f"every group of {name} must be a finite [orderings, candidates] array, got "
-                             f"shape {s.shape}")
-    return out
-
-
-def winning_sets(scores, *, tol: float = 1e-9) -> np.ndarray:
-    """``[..., candidate]`` True for every candidate within ``tol`` of the best score along the last axis."""
-    s = as_float(scores, "scores")
-    if s.ndim < 1 or s.shape[-1] == 0 or not np.all(np.isfinite(s)):
-        raise ShapeError(f"scores must be finite with at least one candidate, got shape {s.shape}")
-    return s >= s.max(axis=-1, keepdims=True) - tol
-
-
-def _jackknife_se(mats: list[np.ndarray]) -> float:
-    """Delete-one-draw jackknife SE of mean_g mean_{a<b} M_g[a, b] (symmetric 0/1 flip matrices, K draws)."""
-    k = mats[0].shape[0]
-    if k < 3:
-        return float("nan")
-    m = np.stack(mats)  # [G, K, K]
-    total = m.sum(axis=(1, 2)) / 2  # per group: flips over all pairs
-    loo = ((total[:, None] - m.sum(axis=2)) / ((k - 1) * (k - 2) / 2)).mean(axis=0)  # [K]
-    return float(np.sqrt((k - 1) / k * ((loo - loo.mean()) ** 2).sum()))
-
-
-def top1_stability(scores, *, canonical: int | None = None, draws: bool = False, reading: str = "greedy",
-                   tol: float = 1e-9, n_boot: int = 1000, confidence: float = 0.95, rng=None
-                   ) -> Top1StabilityResult:
-    """Winning-set flips between orderings per group ``scores[g][ordering, candidate]`` (see the module doc).
-    Groups with one candidate are skipped; every group needs at least 2 orderings (with ``draws``, the same
-    number of draws)."""
-    groups = group_score_list(scores)
-    n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
-    reading = check_reading(reading)
-    if draws and canonical is not None:
-        raise StatsError("random draws of orderings have no canonical one: pass canonical=None with draws=True")
-    rows, mats = [], []
-    skipped = 0
-    for s in groups:
-        k, m = s.shape
-        if m < 2:
-            skipped += 1
-            continue
-        if k < 2:
-            raise InsufficientDataError(f"top-1 stability needs at least 2 orderings per group, got {k}")
-        if canonical is not None and not 0 <= int(canonical) < k:
-            raise StatsError(f"canonical={canonical} is not one of the group's {k} orderings")
-        win = winning_sets(s, tol=tol)
-        a, b = np.triu_indices(k, 1)
-        if canonical is not None:
-            b = np.asarray([j for j in range(k) if j != int(canonical)])
-            a = np.full(b.size, int(canonical))
-        wa, wb = win[a], win[b]
-        ua, ub = wa / wa.sum(axis=1, keepdims=True), wb / wb.sum(axis=1, keepdims=True)
-        single_same = (wa.sum(axis=1) == 1) & np.all(wa == wb, axis=1)
-        rows.append([np.mean(np.any(wa != wb, axis=1)), np.mean(~np.any(wa & wb, axis=1)),
-                     np.mean(~single_same), np.mean(1.0 - (ua * ub).sum(axis=1)),
-                     np.mean((wa.sum(axis=1) > 1) | (wb.sum(axis=1) > 1))])
-        if draws:
-            mats.append(np.any(win[:, None] != win[None, :], axis=-1).astype(np.float64))
-    if not rows:
-        raise InsufficientDataError("no group has 2 or more candidates; top-1 stability needs groups of "
-                                    "candidates")
-    if draws and len({m.shape for m in mats}) != 1:
-        raise ShapeError("with draws=True every group needs the same number of draws (the jackknife deletes "
-                         "one draw from every group)")
-    r = np.asarray(rows)
-    lo = hi = float("nan")
-    if n_boot and len(r) >= 2:
-        lo, hi = percentile_ci(bootstrap_weights(len(r), n_boot, rng) @ r[:, 0] / len(r), confidence)
-    se = _jackknife_se(mats) if draws else float("nan")
-    return Top1StabilityResult(float(r[:, 0].mean()), lo, hi, se, float(r[:, 1].mean()), float(r[:, 2].mean()),
-                               float(r[:, 3].mean()), float(r[:, 4].mean()), r[:, 0], len(r), skipped,
-                               "all" if canonical is None else "vs canonical", reading, confidence)
