@@ -56,9 +56,8 @@ from ._result import (
     detect_design,
     group_score_list,
 )
-from .pairwise import answer_weights
 from .position import fit_position_effect
-from .readings import check_reading, draw_answers, tempered
+from .readings import answer_weights, check_reading, one_answer
 from .slots import SlotTestResult, slot_chisquare
 
 MAX_CANDIDATES = 26  # one letter each
@@ -216,11 +215,7 @@ def listwise_slot_test(choice_probs, orders, *, reading: str = "greedy", tempera
         raise InsufficientDataError(f"the slot test on per-group random orders needs {5 * m} prompts (an "
                                     f"expected count of 5 per slot), got {n_prompts}")
     rng = as_rng(rng)
-    flat = np.concatenate(probs)
-    if reading == "greedy":
-        a = answer_weights(flat, reading="greedy")
-    else:
-        a = np.eye(m)[draw_answers(tempered(flat, temperature), rng)]
+    a = one_answer(np.concatenate(probs), reading=reading, temperature=temperature, rng=rng)
     cl = np.repeat(np.arange(len(probs)), [p.shape[0] for p in probs])
     return slot_chisquare(a, cl, reading=reading, unit="group", alpha=alpha, n_boot=n_boot,
                           confidence=confidence, rng=rng)

@@ -95,7 +95,7 @@ from .pairwise import (
     swap_consistency,
 )
 from .position import chosen_positions, probs_by_position
-from .readings import check_reading, draw_answers, read_scores, tempered
+from .readings import check_reading, read_scores
 from .slots import SlotTestResult, slot_chisquare
 from .top1 import Top1StabilityResult, top1_stability, winning_sets
 
@@ -186,10 +186,7 @@ def pointwise_summary(probs, values, option_orders, groups, *, reading: str = "g
                                     "position; use per-item random or balanced orders, or allow_confounded=True")
     per = read_scores(p, values, reading=reading, temperature=temperature)  # [items, orderings]
     pbp = probs_by_position(p, orders)
-    if reading == "greedy":
-        answered = chosen_positions(pbp).reshape(-1, n)
-    else:
-        answered = np.eye(n)[draw_answers(tempered(pbp, temperature), rng)].reshape(-1, n)
+    answered = chosen_positions(pbp, reading=reading, temperature=temperature, rng=rng).reshape(-1, n)
     slot = slot_chisquare(answered, np.repeat(np.arange(i), k), reading=reading, unit="item", alpha=alpha,
                           n_boot=n_boot, confidence=confidence, rng=rng)
     _, members = group_candidates(g)

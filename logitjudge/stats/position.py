@@ -49,7 +49,7 @@ from ._result import (
 )
 from .clustered import bootstrap_v_and_shares, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
 from .direction import _favoured, position_label
-from .readings import check_reading, draw_answers, tempered
+from .readings import check_reading, one_answer, tempered
 
 
 def probs_by_position(probs, option_orders) -> np.ndarray:
@@ -192,17 +192,14 @@ def chosen_positions(pbp, *, reading: str = "greedy", temperature: float = 1.0, 
 
     'greedy' ('argmax'): the most probable position; exact ties split the prompt equally between the tied
     positions (a first-index tie-break would itself favour position 0). 'sampled' ('draw'): one position drawn
-    from the tempered distribution with ``rng`` (one run of a sampling judge).
+    from the tempered distribution with ``rng`` (one run of a sampling judge). The reading of any label
+    distribution: :func:`~logitjudge.stats.readings.one_answer`.
     """
     a = _pbp(pbp)
-    reading = check_reading(reading, allow_draw=True)
-    if reading == "greedy":
-        top = (a >= a.max(axis=2, keepdims=True) - tol).astype(np.float64)
-        return top / top.sum(axis=2, keepdims=True)
-    if reading == "expected":
+    if check_reading(reading, allow_draw=True) == "expected":
         raise StatsError("chosen positions need an answered label: reading='greedy' or 'sampled' (the "
                          "probability mass by position is position_distribution)")
-    return np.eye(a.shape[2])[draw_answers(tempered(a, temperature), rng)]
+    return one_answer(a, reading=reading, temperature=temperature, rng=rng, tol=tol)
 
 
 def _check_design(design: str, allow_confounded: bool, what: str) -> None:
