@@ -101,6 +101,25 @@ def test_a_shared_first_position_bias_stays_significant():
     assert s.slot_test.cramers_v_ci_low > 0
 
 
+@pytest.mark.parametrize("n_boot", [0, 200])
+def test_the_rubric_position_test_and_the_pointwise_slot_test_are_one_test(n_boot):
+    rng = np.random.default_rng(11)
+    p, _, orders = pointwise_judge(rng.uniform(1, 5, 30), beta=0.5)
+    pbp = st.probs_by_position(p, orders)
+    rubric = st.position_chisquare(pbp, orders, n_boot=n_boot, rng=0)
+    items = np.repeat([f"{i:02d}" for i in range(30)], len(orders))  # sorted as the items: one bootstrap draw
+    slot = st.slot_chisquare(st.chosen_positions(pbp).reshape(-1, 5), items, n_boot=n_boot, rng=0)
+    for a, b in (("statistic", "statistic"), ("pvalue", "pvalue"), ("design_effect", "design_effect"),
+                 ("statistic_corrected", "statistic_corrected"), ("dof_corrected", "dof"),
+                 ("cramers_v", "cramers_v"), ("cramers_v_ci_low", "cramers_v_ci_low"),
+                 ("cramers_v_ci_high", "cramers_v_ci_high"), ("cramers_v_raw", "cramers_v_uncorrected"),
+                 ("pvalue_per_prompt", "pvalue_per_prompt"), ("n_items", "n_clusters")):
+        assert getattr(rubric, a) == pytest.approx(getattr(slot, b), nan_ok=True), a
+    np.testing.assert_allclose(rubric.share_ci_low, slot.share_ci_low)
+    assert rubric.label == slot.label == "first" and rubric.favoured_index == slot.favoured_index == (0,)
+    assert slot.label_reason == rubric.label_reason.replace("positions", "slots").replace("by position", "by slot")
+
+
 def test_the_rao_scott_test_holds_its_level_under_clustered_preferences():
     rng = np.random.default_rng(7)
     rejected = 0
@@ -145,6 +164,8 @@ def test_a_judge_that_always_answers_a(tie):
         assert s.consistency_ci_high == 0.0 and s.first_slot_ci_low == 1.0
     t = st.pairwise_slot_test(p, PAIRS, G2, rng=0)
     assert t.pvalue == 0.0 and t.cramers_v == 1.0 and t.label == "first" and t.shares.tolist() == [1.0, 0.0]
+    # slots numbered from 1 as a person counts them, with their labels
+    assert t.label_reason == "slots [1 (A)] have a share whose CI lies above 1/2; counts by slot [A: 40, B: 0]"
 
 
 def test_an_order_blind_judge():
@@ -266,6 +287,8 @@ def test_a_list_judge_that_always_answers_a():
     p, o, c = listwise_judge(np.zeros(8), 2, m, beta=50.0)
     t = st.listwise_slot_test(p, o, rng=0)
     assert t.label == "first" and t.pvalue == 0.0 and t.shares[0] == pytest.approx(1.0)
+    assert t.label_reason == ("slots [1 (A)] have a share whose CI lies above 1/4; counts by slot "
+                              "[A: 16, B: 0, C: 0, D: 0]")
     r = st.listwise_ranking(p, o, c, 8, reading="greedy")
     # balanced(m) shows each candidate first in 2 of the 2m orders: those 2 rows agree, every other pair flips
     assert st.top1_stability(list(r.by_ordering), n_boot=0).flip == pytest.approx(1 - 1 / (2 * m - 1))

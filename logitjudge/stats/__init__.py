@@ -55,6 +55,7 @@ from .budget import (
 )
 from .clustered import RaoScottResult, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
 from .criteria import CriterionPositionResult, criterion_position_effect
+from .direction import position_label
 from .expectation import (
     ExpectationResult,
     draw_random_scores,
@@ -110,7 +111,6 @@ from .position import (
     fit_position_effect,
     position_chisquare,
     position_distribution,
-    position_label,
     pride_prior,
     probs_by_position,
     probs_from_positions,

@@ -217,5 +217,5 @@ def listwise_slot_test(choice_probs, orders, *, reading: str = "greedy", tempera
     rng = as_rng(rng)
     a = one_answer(np.concatenate(probs), reading=reading, temperature=temperature, rng=rng)
     cl = np.repeat(np.arange(len(probs)), [p.shape[0] for p in probs])
-    return slot_chisquare(a, cl, reading=reading, unit="group", alpha=alpha, n_boot=n_boot,
-                          confidence=confidence, rng=rng)
+    return slot_chisquare(a, cl, reading=reading, unit="group", slot_names=tuple(chr(65 + j) for j in range(m)),
+                          alpha=alpha, n_boot=n_boot, confidence=confidence, rng=rng)

@@ -196,8 +196,8 @@ def pairwise_slot_test(pair_probs, pairs, groups, *, reading: str = "greedy", te
     rng = as_rng(rng)
     cl = np.repeat(_clusters(cluster, ij, g), 2)
     a = one_answer(p.reshape(-1, p.shape[2]), reading=reading, temperature=temperature, rng=rng)
-    return slot_chisquare(a[:, :2], cl, reading=reading, unit=cluster, alpha=alpha, n_boot=n_boot,
-                          confidence=confidence, rng=rng)
+    return slot_chisquare(a[:, :2], cl, reading=reading, unit=cluster, slot_names=("A", "B"), alpha=alpha,
+                          n_boot=n_boot, confidence=confidence, rng=rng)
 
 
 def debiased_preference(pair_probs, *, reading: str = "sampled", temperature: float = 1.0) -> np.ndarray:

@@ -48,7 +48,7 @@ from ._result import (
     softmax,
 )
 from .clustered import bootstrap_v_and_shares, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
-from .direction import _favoured, position_label
+from .direction import direction
 from .readings import check_reading, one_answer, tempered
 
 
@@ -261,14 +261,13 @@ def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperatu
     v = cramers_v_corrected(rs.statistic, n_total, k, design_effect=rs.design_effect)
     share = counts / n_total
     v_lo, v_hi, s_lo, s_hi = bootstrap_v_and_shares(per_item, n_boot, confidence, rng)
-    label, why = position_label(share, s_lo, rs.pvalue, alpha, counts=counts, design_effect=rs.design_effect)
-    fav = np.flatnonzero(_favoured(counts, s_lo, alpha, rs.design_effect)) if label != "none" else np.zeros(0, int)
+    label, why, fav = direction(share, s_lo, rs.pvalue, alpha, counts=counts, design_effect=rs.design_effect)
     return PositionChiSquareResult(rs.statistic, rs.pvalue, k - 1, n_total, counts, np.full(k, n_total / k), share,
                                    s_lo, s_hi, v, v_lo, v_hi, label, why, design, reading, float(alpha), confidence,
-                                   exp_share, tuple(int(j) + 1 for j in fav), float(temperature),
+                                   exp_share, tuple(j + 1 for j in fav), float(temperature),
                                    rs.pvalue_per_prompt, rs.statistic_corrected, rs.dof_corrected,
                                    rs.design_effect, float(cramers_v_gof(rs.statistic, n_total, k)),
-                                   tuple(int(j) for j in fav), a.shape[0])
+                                   fav, a.shape[0])
 
 
 # ---- log-linear position-effect model ----------------------------------------------------------------------

@@ -22,8 +22,11 @@ unit whose prompts are correlated. With N the answered weight, p_s the pooled sh
   sqrt(max(0, X^2 - (k-1) deff) / ((k-1) (N - deff))): near 0 for a judge without position bias (its interval
   can reach 0) and 1 when every prompt answered one slot. ``cramers_v_uncorrected`` = sqrt(X^2 / (N (k-1))).
   Intervals: percentile bootstrap over clusters (the correction recomputed on every resample).
-* ``label``: :func:`logitjudge.stats.position_label` on the shares, their cluster-bootstrap lower bounds and
-  the cluster-robust p.
+* ``label``, ``label_reason``, ``favoured_index``: :func:`logitjudge.stats.position_label` on the shares,
+  their cluster-bootstrap lower bounds, the cluster-robust p and the design effect, as in the rubric test:
+  the favoured slots are those whose share's lower bound lies above 1/k (without a bootstrap: above 1/k and
+  not significantly below the largest share). The reason numbers the slots from 1 and, given ``slot_names``,
+  names them: "slots [1 (A)] have a share whose CI lies above 1/2; counts by slot [A: 54, B: 26]".
 
 Top-1 stability under reordering, the paradigms' other shared measure, is
 :func:`logitjudge.stats.top1_stability` (in :mod:`logitjudge.stats.top1`, beside the rubric's top-1 flips).
@@ -45,7 +48,7 @@ from ._result import (
     check_n_boot,
 )
 from .clustered import bootstrap_v_and_shares, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
-from .position import position_label
+from .direction import direction
 from .readings import check_reading
 
 
@@ -56,9 +59,8 @@ class SlotTestResult(Result):
 
     ``counts[slot]`` / ``shares[slot]``: answered weight and share of each slot (slot 1 first), with percentile
     bootstrap CIs over clusters; ``label`` / ``label_reason`` as in the rubric position test;
-    ``favoured_index`` (0-based: slot 1 is index 0): the slots whose share's lower bound lies above 1/k
-    (without a bootstrap, the largest share). ``reading`` names how the prompts' answers were read; ``unit``
-    what a cluster is.
+    ``favoured_index`` (0-based: slot 1 is index 0): the slots the label rests on (module doc). ``reading``
+    names how the prompts' answers were read; ``unit`` what a cluster is.
     """
 
     statistic: float
@@ -108,11 +110,12 @@ def _answered(answered, n_slots) -> np.ndarray:
 
 
 def slot_chisquare(answered, clusters, *, n_slots: int | None = None, reading: str = "greedy",
-                   unit: str = "item", alpha: float = 0.05, n_boot: int = 1000, confidence: float = 0.95,
-                   rng=None) -> SlotTestResult:
+                   unit: str = "item", slot_names=None, alpha: float = 0.05, n_boot: int = 1000,
+                   confidence: float = 0.95, rng=None) -> SlotTestResult:
     """Cluster-robust test that the answered slots are uniform, with the bias-corrected Cramér's V and
     bootstrap CIs over clusters (see the module doc). ``reading`` ('greedy' or 'sampled': one seeded run of a
-    sampling judge) and ``unit`` are recorded."""
+    sampling judge) and ``unit`` are recorded; ``slot_names`` (e.g. ``("A", "B")``) label the slots in the
+    reason."""
     w = _answered(answered, n_slots)
     cl = np.asarray(clusters).astype(str)
     if cl.shape != (w.shape[0],):
@@ -131,11 +134,8 @@ def slot_chisquare(answered, clusters, *, n_slots: int | None = None, reading: s
     v = float(cramers_v_corrected(rs.statistic, rs.n, k, design_effect=rs.design_effect))
     v_raw = float(cramers_v_gof(rs.statistic, rs.n, k))
     v_lo, v_hi, s_lo, s_hi = bootstrap_v_and_shares(y, n_boot, confidence, as_rng(rng))
-    label, why = position_label(shares, s_lo, rs.pvalue, float(alpha), counts=counts)
-    fav = ()
-    if label != "none":  # the slots the label rests on: CI above 1/k (without a bootstrap, the largest share)
-        fav_mask = s_lo > 1.0 / k if np.all(np.isfinite(s_lo)) else shares >= shares.max()
-        fav = tuple(int(j) for j in np.flatnonzero(fav_mask))
+    label, why, fav = direction(shares, s_lo, rs.pvalue, float(alpha), counts=counts,
+                                design_effect=rs.design_effect, noun="slot", names=slot_names)
     return SlotTestResult(rs.statistic, rs.statistic_corrected, rs.pvalue, rs.dof_corrected, rs.design_effect,
                           rs.pvalue_per_prompt, v, v_lo, v_hi, v_raw, counts, shares, s_lo, s_hi, rs.n,
                           w.shape[0], y.shape[0], k, label, why, fav, reading, str(unit), float(alpha), confidence)
