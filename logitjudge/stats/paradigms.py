@@ -51,11 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._result import (
-    FIXED,
     PER_ITEM_RANDOM,
-    RANDOM,
-    ConfoundedDesignError,
-    DesignError,
     InsufficientDataError,
     Result,
     ShapeError,
@@ -94,7 +90,7 @@ from .pairwise import (
     pairwise_slot_test,
     swap_consistency,
 )
-from .position import chosen_positions, probs_by_position
+from .position import _check_design, chosen_positions, probs_by_position
 from .readings import check_reading, read_scores
 from .slots import SlotTestResult, slot_chisquare
 from .top1 import Top1StabilityResult, top1_stability, winning_sets
@@ -165,7 +161,8 @@ def pointwise_summary(probs, values, option_orders, groups, *, reading: str = "g
                       n_boot: int = 1000, confidence: float = 0.95, rng=None) -> ParadigmSummary:
     """Rubric scoring of one criterion as a paradigm (module doc): ``probs[item, ordering, option]``,
     ``values[option]``, ``option_orders``, ``groups[item]``. The slot test clusters the prompts by item; a FIXED
-    or shared random design confounds content with position (refused unless ``allow_confounded``)."""
+    or shared random design confounds content with position (refused as by the rubric position test, unless
+    ``allow_confounded``: then computed with a ConfoundedDesignWarning)."""
     p = as_array(probs, "probs", 3, "[items, orderings, options]")
     check_distributions(p, "probs")
     i, k, n = p.shape
@@ -178,12 +175,7 @@ def pointwise_summary(probs, values, option_orders, groups, *, reading: str = "g
         raise StatsError("a paradigm summary reads answers: reading='greedy' or 'sampled'")
     rng = as_rng(rng)
     design = detect_design(orders)
-    if design == FIXED and not allow_confounded:
-        raise DesignError("the option orders are FIXED: position and content are confounded; score several "
-                          "orderings, or pass allow_confounded=True")
-    if design == RANDOM and not allow_confounded:
-        raise ConfoundedDesignError("one random ordering set shared by every item confounds content with "
-                                    "position; use per-item random or balanced orders, or allow_confounded=True")
+    _check_design(design, allow_confounded, "pointwise slot test")
     per = read_scores(p, values, reading=reading, temperature=temperature)  # [items, orderings]
     pbp = probs_by_position(p, orders)
     answered = chosen_positions(pbp, reading=reading, temperature=temperature, rng=rng).reshape(-1, n)
