@@ -120,6 +120,26 @@ def test_the_rubric_position_test_and_the_pointwise_slot_test_are_one_test(n_boo
     assert slot.label_reason == rubric.label_reason.replace("positions", "slots").replace("by position", "by slot")
 
 
+def test_the_slot_tests_accept_the_designs_the_rubric_test_accepts():
+    p, values, orders = pointwise_judge(np.linspace(1, 5, 4))
+    fixed = np.tile(np.arange(5), (10, 1))
+    with pytest.raises(st.DesignError, match="pointwise slot test: the orderings are FIXED"):
+        st.pointwise_summary(p, values, fixed, list("aabb"))
+    with pytest.warns(st.ConfoundedDesignWarning):
+        st.pointwise_summary(p, values, fixed, list("aabb"), allow_confounded=True, n_boot=0)
+    per_item = np.stack([np.random.default_rng(i).permuted(np.tile(np.arange(5), (2, 1)), axis=1)
+                         for i in range(4)])  # 4 items x 2 own random orders = 8 prompts < 5 per position
+    with pytest.raises(st.InsufficientDataError, match="expected count of at least 5 per position"):
+        st.position_chisquare(st.probs_by_position(p[:, :2], per_item), per_item, n_boot=0)
+    with pytest.raises(st.InsufficientDataError, match="expected count of at least 5 per position"):
+        st.pointwise_summary(p[:, :2], values, per_item, list("aabb"))
+    lp, lo, _ = listwise_judge(np.zeros(8), 2, 4, orders=np.tile(np.arange(4), (3, 1)))
+    with pytest.raises(st.DesignError, match="every prompt shows the candidates in the same order"):
+        st.listwise_slot_test(lp, lo)
+    with pytest.warns(st.ConfoundedDesignWarning):
+        st.listwise_slot_test(lp, lo, allow_confounded=True, n_boot=0)
+
+
 def test_the_rao_scott_test_holds_its_level_under_clustered_preferences():
     rng = np.random.default_rng(7)
     rejected = 0

@@ -44,8 +44,6 @@ from ._result import (
     BALANCED,
     FIXED,
     PER_ITEM_RANDOM,
-    RANDOM,
-    ConfoundedDesignError,
     DesignError,
     InsufficientDataError,
     Result,
@@ -56,7 +54,7 @@ from ._result import (
     detect_design,
     group_score_list,
 )
-from .position import fit_position_effect
+from .position import _check_design, fit_position_effect
 from .readings import answer_weights, check_reading, one_answer
 from .slots import SlotTestResult, slot_chisquare
 
@@ -203,17 +201,9 @@ def listwise_slot_test(choice_probs, orders, *, reading: str = "greedy", tempera
         raise ShapeError("the slot test needs lists of one length (slot s of a 5-list and of an 11-list are "
                          "not the same position); test each length separately")
     design = listwise_design(ords)
-    if design == FIXED and not allow_confounded:
-        raise DesignError("every group shows its candidates in one order (FIXED): slot and content are "
-                          "confounded; score several candidate orders, or pass allow_confounded=True")
-    if design == RANDOM and not allow_confounded:
-        raise ConfoundedDesignError("one random set of candidate orders shared by every group confounds "
-                                    "content with slot; draw orders per group, or pass allow_confounded=True")
     m = probs[0].shape[1]
-    n_prompts = sum(p.shape[0] for p in probs)
-    if design == PER_ITEM_RANDOM and n_prompts < 5 * m:
-        raise InsufficientDataError(f"the slot test on per-group random orders needs {5 * m} prompts (an "
-                                    f"expected count of 5 per slot), got {n_prompts}")
+    _check_design(design, allow_confounded, "the listwise slot test", n_prompts=sum(p.shape[0] for p in probs),
+                  n_places=m, unit="group", things="candidates", place="slot")
     rng = as_rng(rng)
     a = one_answer(np.concatenate(probs), reading=reading, temperature=temperature, rng=rng)
     cl = np.repeat(np.arange(len(probs)), [p.shape[0] for p in probs])

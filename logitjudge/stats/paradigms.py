@@ -162,7 +162,8 @@ def pointwise_summary(probs, values, option_orders, groups, *, reading: str = "g
     """Rubric scoring of one criterion as a paradigm (module doc): ``probs[item, ordering, option]``,
     ``values[option]``, ``option_orders``, ``groups[item]``. The slot test clusters the prompts by item; a FIXED
     or shared random design confounds content with position (refused as by the rubric position test, unless
-    ``allow_confounded``: then computed with a ConfoundedDesignWarning)."""
+    ``allow_confounded``: then computed with a ConfoundedDesignWarning); per-item random orders need an expected
+    count of 5 per position, as there."""
     p = as_array(probs, "probs", 3, "[items, orderings, options]")
     check_distributions(p, "probs")
     i, k, n = p.shape
@@ -175,7 +176,7 @@ def pointwise_summary(probs, values, option_orders, groups, *, reading: str = "g
         raise StatsError("a paradigm summary reads answers: reading='greedy' or 'sampled'")
     rng = as_rng(rng)
     design = detect_design(orders)
-    _check_design(design, allow_confounded, "pointwise slot test")
+    _check_design(design, allow_confounded, "pointwise slot test", n_prompts=i * k, n_places=n)
     per = read_scores(p, values, reading=reading, temperature=temperature)  # [items, orderings]
     pbp = probs_by_position(p, orders)
     answered = chosen_positions(pbp, reading=reading, temperature=temperature, rng=rng).reshape(-1, n)

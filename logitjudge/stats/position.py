@@ -202,10 +202,17 @@ def chosen_positions(pbp, *, reading: str = "greedy", temperature: float = 1.0, 
     return one_answer(a, reading=reading, temperature=temperature, rng=rng, tol=tol)
 
 
-def _check_design(design: str, allow_confounded: bool, what: str) -> None:
+def _check_design(design: str, allow_confounded: bool, what: str, *, n_prompts: int | None = None,
+                  n_places: int | None = None, unit: str = "item", things: str = "options",
+                  place: str = "position") -> None:
+    """The designs a position test of ``what`` accepts (the rubric test; the paradigms' slot tests with
+    ``unit`` 'group', ``things`` 'candidates', ``place`` 'slot'): FIXED and one random set shared by every
+    ``unit`` confound content with position (DesignError / ConfoundedDesignError; ``allow_confounded``
+    computes them with a ConfoundedDesignWarning); per-``unit`` random orders need an expected count of 5 per
+    ``place`` (``n_prompts`` >= 5 ``n_places``; InsufficientDataError)."""
     if design == FIXED:
         if not allow_confounded:
-            raise DesignError(f"{what}: the orderings are FIXED (every prompt shows the options in the same "
+            raise DesignError(f"{what}: the orderings are FIXED (every prompt shows the {things} in the same "
                               "order), so score and position are confounded; score under balanced orderings, "
                               "or pass allow_confounded=True to compute it anyway")
         warnings.warn(f"{what} on a FIXED design: position is confounded with content",
@@ -213,12 +220,16 @@ def _check_design(design: str, allow_confounded: bool, what: str) -> None:
     elif design == RANDOM:
         if not allow_confounded:
             raise ConfoundedDesignError(
-                f"{what}: the random orders are shared by every item, so content and position are confounded "
-                "(a judge that always picks the same option is mapped onto the positions those few orders put "
-                "it at, and reads as a position bias); score with per-item random orders (random:K), balanced "
-                "or all orders, or pass allow_confounded=True to compute it anyway")
+                f"{what}: the random orders are shared by every {unit}, so content and position are confounded "
+                f"(a judge that always picks the same {things[:-1]} is mapped onto the positions those few orders "
+                f"put it at, and reads as a position bias); score with per-{unit} random orders (random:K), "
+                "balanced or all orders, or pass allow_confounded=True to compute it anyway")
         warnings.warn(f"{what} on a shared random design: content and position are confounded",
                       ConfoundedDesignWarning, stacklevel=3)
+    elif design == PER_ITEM_RANDOM and n_prompts is not None and n_prompts < 5 * n_places:
+        raise InsufficientDataError(f"{what} on per-{unit} random orders needs an expected count of at least 5 "
+                                    f"per {place} ({5 * n_places} prompts); the table has {n_prompts}: score "
+                                    f"more {unit}s or more orders per {unit}")
 
 
 def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperature: float = 1.0,
@@ -246,13 +257,9 @@ def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperatu
     reading = check_reading(reading, allow_draw=True)
     rng = as_rng(rng)
     design = detect_design(orders)
-    _check_design(design, allow_confounded, "position chi-square")
     k = a.shape[2]
+    _check_design(design, allow_confounded, "position chi-square", n_prompts=a.shape[0] * a.shape[1], n_places=k)
     need_items(a.shape[0], 2, "the position test with items as clusters")
-    if design == PER_ITEM_RANDOM and a.shape[0] * a.shape[1] < 5 * k:
-        raise InsufficientDataError(f"position chi-square on per-item random orders needs an expected count of "
-                                    f"at least 5 per position ({5 * k} prompts); the table has "
-                                    f"{a.shape[0] * a.shape[1]}: score more items or more orders per item")
     per_item = chosen_positions(a, reading=reading, temperature=temperature, rng=rng).sum(axis=1)
     exp_share = (chosen_positions(a) if reading == "greedy" else tempered(a, temperature)).mean(axis=(0, 1))
     counts = per_item.sum(axis=0)
