@@ -258,7 +258,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="~2-minute smoke version")
     ap.add_argument("--minutes", type=float, default=None, help="time budget (default 25, --quick 2)")
     ap.add_argument("--tokens-per-s", type=float, default=None,
-                    help="engine throughput for sizing (default: measured on this machine first)")
+                    help="engine throughput for sizing (default: measured on this machine first); given, the plan "
+                         "depends on the flags alone, the same on a busy machine")
     ap.add_argument("--threads", default="auto",
                     help="torch CPU threads, or auto: the fastest of 1..cores measured first (default)")
     ap.add_argument("--model", default="gemma-3-270m")
@@ -297,7 +298,9 @@ def main(argv=None) -> int:
     probes, per_item = probe(lm, studies, args.data_dir)
     tps = args.tokens_per_s or measure_tokens_per_s(lm, next(iter(probes.values())))
     usable = minutes * 60 * 0.85  # 15% for loading, analysis and reports
-    rows = size(studies, list(studies), per_item, usable - (time.perf_counter() - t_start), tps)
+    if not args.tokens_per_s:  # measured: the time spent so far comes out of the budget; given: the plan
+        usable -= time.perf_counter() - t_start  # depends on the flags alone (same sizes on a busy machine)
+    rows = size(studies, list(studies), per_item, usable, tps)
     record.update(plan=rows, tokens_per_s_planned=tps, tokens_per_s_measured=args.tokens_per_s is None)
     print(f"plan ({minutes:g} min at {tps:.0f} tokens/s ({'given' if args.tokens_per_s else 'measured'}), "
           f"{threads} threads):")
