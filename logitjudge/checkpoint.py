@@ -301,17 +301,18 @@ class Checkpoint:
         if self.path is not None:
             if not self.path.exists():
                 self._write_header()
-            self._append(frame({"items": [[i, *self.codec.encode(r)] for i, r in recs.items()]}, len(recs)))
+            armed = faults.hit("record")  # fault injection (tests): a kill inside, or after, this record
+            self._append(frame({"items": [[i, *self.codec.encode(r)] for i, r in recs.items()]}, len(recs)),
+                         faults.cut(armed))
             faults.trace(recs)
+            faults.after_record(armed)
         self.done.update(recs)
 
-    def _append(self, line: bytes) -> None:
+    def _append(self, line: bytes, cut: float | None = None) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
-            armed = faults.hit("record")
-            if armed:  # fault injection: die part way through this record
-                cut = int(len(line) * armed[0][1])
-                os.write(fd, line[:cut])
+            if cut is not None:  # fault injection: die part way through this record
+                os.write(fd, line[:int(len(line) * cut)])
                 os.fsync(fd)
                 faults.kill_now()
             view = memoryview(line)
