@@ -237,6 +237,7 @@ def test_each_torchrun_rank_loads_the_judge_on_its_own_gpu(tmp_path, model_dir, 
     import torch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device cuda is checked before the load
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     seen = {}
