@@ -192,6 +192,7 @@ def check_memory(what: str, nbytes: int, fix: str) -> None:
 
 
 SPECS = "balanced, all, random:K, balanced+random:R, shared-random:K or fixed:K"
+COUNTED = ("random", "balanced+random", "shared-random", "fixed")  # the designs that take a count
 
 
 def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None) -> np.ndarray:
@@ -206,19 +207,20 @@ def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None
     except ValueError:
         raise OrderingError(f"ordering spec {spec!r}: {arg!r} is not an integer; use e.g. random:10") from None
     if k is not None:
+        if kind in ("balanced", "all"):  # said before any size: the count is the mistake
+            raise OrderingError(f"'{kind}' takes no count: it is always "
+                                + ("the 2n cyclic rotations" if kind == "balanced" else "all n! orders"))
         try:
             _check_k(k, kind)
         except OrderingError as e:
             raise OrderingError(f"ordering spec {spec!r}: {e}") from None
-        per_item = kind in ("random", "balanced+random") and n_items is not None
-        rows = k + (2 * n if kind == "balanced+random" else 0)
-        check_memory(f"ordering spec {spec!r}: {rows:,} orders" + (f" per item for {n_items:,} items" if per_item
-                                                                   else "") + f" of {n} options",
-                     rows * n * 8 * (int(n_items) if per_item else 1), "use a smaller count")
+        if kind in COUNTED:  # before anything is allocated
+            per_item = kind in ("random", "balanced+random") and n_items is not None
+            rows = k + (2 * n if kind == "balanced+random" else 0)
+            check_memory(f"ordering spec {spec!r}: {rows:,} orders" + (f" per item for {n_items:,} items"
+                                                                       if per_item else "") + f" of {n} options",
+                         rows * n * 8 * (int(n_items) if per_item else 1), "use a smaller count")
     if kind in ("balanced", "all"):
-        if k is not None:
-            raise OrderingError(f"'{kind}' takes no count: it is always "
-                                + ("the 2n cyclic rotations" if kind == "balanced" else "all n! orders"))
         return balanced(n) if kind == "balanced" else all_orders(n)
     if kind == "fixed":
         return fixed(n, k or 1)

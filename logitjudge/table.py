@@ -196,8 +196,9 @@ class ScoreTable:
             bad = ~(np.isfinite(m) & (m >= 0) & (m <= 1 + 1e-6))
         if bad.any():
             i, c, k = np.argwhere(bad)[0]
-            raise TableError(f"{where}: the label mass of item {str(self.item_ids[i])!r}, criterion {self.criteria[c]!r}, "
-                             f"ordering {k} is {m[i, c, k]!r}, not a probability in [0, 1]; {fix}")
+            raise TableError(f"{where}: the label mass of item {str(self.item_ids[i])!r}, criterion "
+                             f"{self.criteria[c]!r}, ordering {k} is {m[i, c, k]!r}, not a probability in [0, 1]; "
+                             f"{fix}")
         if not np.isfinite(self.values).all():
             c = int(np.argwhere(~np.isfinite(self.values))[0][0])
             raise TableError(f"{where}: the option values of criterion {self.criteria[c]!r} are not all finite "

@@ -303,6 +303,17 @@ def test_label_and_value_rules_in_python():
         bad.validate()
 
 
+def test_ordering_counts_in_python():
+    from logitjudge.orderings import OrderingError, parse
+
+    for spec, words in [("balanced:3000000000", "'balanced' takes no count"),
+                        ("shared-random:3000000000", "3,000,000,000 orders of 5 options need"),
+                        ("fixed:3000000000", "use a smaller count"),
+                        ("nonsense:3000000000", "unknown ordering spec")]:
+        with pytest.raises(OrderingError, match=words):
+            parse(spec, 5, n_items=2)
+
+
 # ---- 3. analyze refuses what it cannot analyse -------------------------------------------------------------
 def _forged(table_path: Path, tmp: Path, how: str) -> Path:
     t = ScoreTable.load(table_path)
