@@ -69,6 +69,7 @@ import numpy as np
 
 from .items import Item, read_items
 from .orderings import OrderingError, check_memory, cross, parse
+from .preflight import model_source, preflight  # noqa: F401 - preflight: part of this module's API (cli)
 from .rubric import Rubric, RubricError, load_rubric
 from .spec import Spec, SpecError, from_dict, relative
 from .table import ScoreTable
@@ -212,7 +213,7 @@ def _inputs(spec: Spec, info: dict, spec_file) -> list:
            (spec.where("data", "rubric"), relative(d.rubric, spec.base) if d.rubric else None),
            (spec.where("prompts", "template"), relative(template, spec.base) if template.endswith(".toml") else None),
            ("experiment spec", spec_file)]
-    model = Path(_model_source(spec)).expanduser()
+    model = Path(model_source(spec)).expanduser()
     if model.is_dir():
         ins += [(spec.where("model", "id"), f) for f in model.iterdir()]
     return ins
@@ -282,78 +283,6 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
     return exp
 
 
-def _model_source(spec: Spec) -> str:
-    model_id = spec.model.id
-    if spec.base is not None and not Path(model_id).is_absolute() and (Path(spec.base) / model_id).is_dir():
-        return str(Path(spec.base) / model_id)
-    return model_id
-
-
-def preflight(exp: Experiment) -> None:
-    """The checks that need the judge's tokenizer and config but not its weights, run before the model loads:
-    the labels (token prefixes of each other, labels the tokenizer cannot produce), every item's prompts against
-    the model's context, and the probe's layers against the model's layer count."""
-    from .models import config_layers, context_length, load_config, load_tokenizer
-    from .requests import encode, first_requests, orders_of, slot_request
-
-    source = _model_source(exp.spec)
-    tokenizer = load_tokenizer(source)
-    config = load_config(source)
-    probe = _TokenizerOnly(tokenizer)
-    item, orders = exp.items[0], orders_of(np.asarray(exp.option_orders), 0)
-    if exp.criterion_orders is None:
-        requests = first_requests(exp.rubric, item, orders[:1])  # one per criterion
-    else:  # every slot of the first ordering, the earlier slots holding their first label
-        co = exp.criterion_orders[0]
-        answers = [exp.rubric.criteria[c].options[0].label for c in co]
-        requests = [slot_request(item, orders[0], co, answers[:j]) for j in range(len(co))]
-    for req in requests:
-        encode(probe, exp.template, exp.rubric, req)
-    _check_context(exp, tokenizer, context_length(config, tokenizer))
-    layers, n = exp.spec.probe.layers, config_layers(config)
-    if exp.spec.probe.probes and layers and n is not None and any(not 0 <= x < n for x in layers):
-        bad = [x for x in layers if not 0 <= x < n]
-        raise SpecError(f"{exp.spec.where('probe', 'layers')}: layer {bad[0]} is outside 0..{n - 1} (the model "
-                        f"has {n} layers, read from its config); choose layers in that range")
-
-
-def _check_context(exp: Experiment, tokenizer, max_length: int, chunk: int = 256) -> None:
-    """Every item's first prompt of each criterion (the last slot, multi-criteria) with its longest label,
-    tokenized as the run tokenizes it, against the model's context: a text past it is refused before any item
-    is scored (the run's own check still holds every prompt to it exactly)."""
-    from .requests import Request, orders_of, render
-
-    rubric, template = exp.rubric, exp.template
-    orders = np.asarray(exp.option_orders)
-    asks = []  # (item, criterion name, request)
-    for i, it in enumerate(exp.items):
-        order = tuple(map(int, orders_of(orders, i)[0]))
-        if exp.criterion_orders is None:
-            asks += [(it, c, Request(it, order, (c,))) for c in range(rubric.n_criteria)]
-        else:
-            co = tuple(map(int, exp.criterion_orders[0]))
-            answers = tuple(rubric.criteria[c].options[0].label for c in co[:-1])
-            asks.append((it, co[-1], Request(it, order, co, answers, True)))
-    for start in range(0, len(asks), chunk):
-        part = asks[start:start + chunk]
-        texts = []
-        for _, c, req in part:
-            longest = max(rubric.criteria[c].labels, key=len)
-            texts.append(render(template, tokenizer, rubric, req) + template.continuation(longest))
-        ids = tokenizer(texts, add_special_tokens=not template.chat)["input_ids"]
-        for (it, c, _), tokens in zip(part, ids):
-            if len(tokens) > max_length:
-                raise SpecError(f"item {it.id!r}, criterion {rubric.criteria[c].name!r}: the prompt is "
-                                f"{len(tokens):,} tokens long but the model's context is {max_length:,} tokens "
-                                "(from its config); shorten the text or use a model with a longer context")
-
-
-@dataclass(frozen=True)
-class _TokenizerOnly:
-    tokenizer: object
-    max_length: int | None = None
-
-
 def load_judge(spec: Spec):
     """The judge model of a (validated) spec; an unreachable id fails in one line before any loading. Under
     torchrun each rank loads it on its own GPU (:func:`logitjudge.distributed.rank_device`)."""
@@ -363,7 +292,7 @@ def load_judge(spec: Spec):
 
     m = spec.model
     set_threads(m.threads)
-    source = _model_source(spec)
+    source = model_source(spec)
     check_available(source)
     device = rank_device(m.device)  # cuda -> cuda:LOCAL_RANK before anything is loaded
     dtype, why = resolve_dtype(m.dtype, device)  # auto: measured once per machine (cached)
@@ -432,7 +361,7 @@ def write_experiment_report(exp: Experiment, table: ScoreTable, results: dict) -
     spec = public_spec(exp.spec)
     exp.out.mkdir(parents=True, exist_ok=True)
     spec_file = dict(spec, out=str(exp.out.resolve()))
-    spec_file["model"] = dict(spec_file["model"], id=_model_source(exp.spec))
+    spec_file["model"] = dict(spec_file["model"], id=model_source(exp.spec))
     if spec_file["data"].get("texts"):
         spec_file["data"] = dict(spec_file["data"], texts=str(Path(exp.data_info["path"]).resolve()))
     (exp.out / "spec.toml").write_text(tomli_w.dumps(spec_file), encoding="utf-8")
