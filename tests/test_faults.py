@@ -179,8 +179,8 @@ def _paused(child) -> None:
 
 
 def test_sigterm_takes_the_interrupt_path(work, tmp_path):
-    """SIGTERM after the 2nd record: exit 130 with the Ctrl-C message, both records kept, lock released; the
-    resume is equal to the uninterrupted table."""
+    """SIGTERM after the 2nd record: exit 130 with the Ctrl-C message counting the 4 items of both records, which
+    are kept, lock released; the resume is equal to the uninterrupted table."""
     root, ref = work
     out = tmp_path / "t.npz"
     partial = Path(f"{out}.partial.jsonl")
@@ -188,7 +188,8 @@ def test_sigterm_takes_the_interrupt_path(work, tmp_path):
     _paused(child)
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=120)
-    assert child.returncode == 130 and "interrupted: finished batches are saved" in err, err[-1500:]
+    want = f"interrupted: 4 of {N_ITEMS} items saved in {partial}; run the same command to continue"
+    assert child.returncode == 130 and want in err, err[-1500:]
     assert _records(partial) == 2 and not Path(f"{out}.lock").exists() and not out.exists()
     assert _cli(root, out).returncode == 0
     _same(ScoreTable.load(out), ref)
