@@ -315,7 +315,7 @@ def main(argv=None) -> int:
 
     from logitjudge import stats as st
     from logitjudge.autodtype import cpu_model
-    from logitjudge.experiment import SpecError, check_labels, load_judge, prepare, probe_experiment
+    from logitjudge.experiment import SpecError, load_judge, preflight, prepare, probe_experiment
 
     t0 = time.perf_counter()
     try:  # every setting is checked before the model loads
@@ -323,7 +323,7 @@ def main(argv=None) -> int:
         exp = replace(exp, items=one_story_per_prompt(exp.items, args.seed))
     except SpecError as e:
         ap.error(str(e))
-    check_labels(exp)
+    preflight(exp)
     lm = load_judge(exp.spec)
     t_load = time.perf_counter() - t0
     tokens, prompt_tokens = prompt_facts(lm, exp)

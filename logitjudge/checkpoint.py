@@ -92,6 +92,11 @@ def frame(payload: dict, n_items: int) -> bytes:
         n_items, len(data), zlib.crc32(data), data)
 
 
+def _line_of(problem: str) -> int:
+    m = re.match(r"record on line (\d+)", problem)
+    return int(m[1]) if m else 1 << 62  # the cut-off tail last
+
+
 def parse_record(line: bytes) -> tuple[int | None, dict | None]:
     """(item count or None if unknown, payload or None if the record is damaged) of one line (without "\\n")."""
     m = _FRAME.match(line)
@@ -111,9 +116,14 @@ def scan(path: Path) -> tuple[dict | None, list[dict], int, list[str]]:
     """Read a checkpoint file: (header, good payloads in order, byte length of the good part, problems).
 
     The good part ends after the last newline-terminated line; a tail without its newline is torn."""
+    return _scan(path)[:4]
+
+
+def _scan(path: Path) -> tuple[dict | None, list[dict], int, list[str], list[int]]:
+    """:func:`scan` and the line number of each good payload (a record that does not fit the run is named by it)."""
     raw = path.read_bytes()
     if not raw:
-        return None, [], 0, ["the file is empty"]
+        return None, [], 0, ["the file is empty"], []
     lines = raw.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
     head = parse_record(lines[0])[1] if lines else None
@@ -126,8 +136,8 @@ def scan(path: Path) -> tuple[dict | None, list[dict], int, list[str]]:
             raise CheckpointError(f"{path}: its first record (the run's settings) is damaged, so the "
                                   f"{len(lines) - 1} records after it cannot be matched to this run; delete it "
                                   "to score again, or choose another --out")
-        return None, [], 0, ["its first record was cut off"]
-    good, end = [], len(lines[0]) + 1
+        return None, [], 0, ["its first record was cut off"], []
+    good, where, end = [], [], len(lines[0]) + 1
     for i, line in enumerate(lines[1:], 2):
         n, rec = parse_record(line)
         if rec is None:
@@ -135,17 +145,19 @@ def scan(path: Path) -> tuple[dict | None, list[dict], int, list[str]]:
             problems.append(f"record on line {i} is damaged ({count}); skipped, its items are scored again")
         else:
             good.append(rec)
+            where.append(i)
         end += len(line) + 1
     if tail:
         n, rec = parse_record(tail)
         if rec is not None:  # whole but for its newline: kept (the newline is added before appending)
             good.append(rec)
+            where.append(len(lines) + 1)
             end += len(tail)
         else:
             count = "an unknown number of items" if n is None else f"{n} item{'s' * (n != 1)}"
             problems.append(f"the last record was cut off by an interruption ({count}); truncated, its items "
                             "are scored again")
-    return head, good, end, problems
+    return head, good, end, problems, where
 
 
 class RunLock:
@@ -200,15 +212,18 @@ class Checkpoint:
     """Append-only record of finished items for one run (identified by its fingerprint), score or probe.
 
     ``done[item_id]`` = the item's record as ``codec`` reads it back (:data:`SCORES`: ``(probs, label_mass)``;
-    :data:`ARRAYS`: ``{name: array}``), exact. ``add`` / ``add_batch`` append one durable record; ``finish``
-    removes the file and the lock after the table is saved; ``close`` releases the lock and keeps the file (an
-    interrupted or failed run).
+    :data:`ARRAYS`: ``{name: array}``), exact. ``check(item_id, record)``: why a record read back does not fit
+    the run (an item it does not have, arrays of other shapes), or None; a record that does not fit, or cannot be
+    decoded, is skipped with a warning like a damaged one (its checksum only says it was written whole).
+    ``add`` / ``add_batch`` append one durable record; ``finish`` removes the file and the lock after the table
+    is saved; ``close`` releases the lock and keeps the file (an interrupted or failed run).
     """
 
-    def __init__(self, out: str | Path | None, fingerprint: str, *, tag: str = "", codec=SCORES):
+    def __init__(self, out: str | Path | None, fingerprint: str, *, tag: str = "", codec=SCORES, check=None):
         self.path = None if out is None else Path(f"{out}{tag}.partial.jsonl")
         self.fingerprint = fingerprint
         self.codec = codec
+        self.check = check
         self.done: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = None
         if self.path is None:
@@ -224,7 +239,7 @@ class Checkpoint:
     def _open(self) -> None:
         if not self.path.exists():
             return
-        head, good, end, problems = scan(self.path)
+        head, good, end, problems, lines = _scan(self.path)
         if head is None:  # empty or a header cut off: no item was saved, nothing is lost
             log.warning("%s: %s (a run stopped before it saved any item); starting it again", self.path, problems[0])
             self.path.unlink()
@@ -234,16 +249,40 @@ class Checkpoint:
                         "texts); this run replaces it", self.path)
             self.path.unlink()
             return
-        for p in problems:
+        for rec, line in zip(good, lines):
+            entries, why = self._read(rec)
+            if why is None:
+                self.done.update(entries)
+            else:
+                n = len(rec["items"]) if isinstance(rec, dict) and isinstance(rec.get("items"), list) else None
+                count = "an unknown number of items" if n is None else f"{n} item{'s' * (n != 1)}"
+                problems.append(f"record on line {line} does not fit this run ({why}; {count}); skipped, its "
+                                "items are scored again")
+        for p in sorted(problems, key=_line_of):
             log.warning("%s: %s", self.path, p)
-        for rec in good:
-            for item_id, *fields in rec["items"]:
-                self.done[item_id] = self.codec.decode(fields)
         if end < self.path.stat().st_size:
             os.truncate(self.path, end)
         with self.path.open("rb+") as f:
             if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
                 f.write(b"\n")
+
+    def _read(self, rec) -> tuple[dict, str | None]:
+        """The items of a checksummed record, or why they cannot be used (a record forged or written by another
+        version can pass its checksum and still hold arrays of other shapes)."""
+        try:
+            entries = {}
+            for entry in rec["items"]:
+                item_id, *fields = entry
+                if not isinstance(item_id, str):
+                    return {}, f"an item id {item_id!r} that is not a string"
+                entries[item_id] = self.codec.decode(fields)
+        except Exception as e:  # noqa: BLE001 - any malformed payload: JSON of another shape, bad base64 ...
+            return {}, f"it cannot be decoded: {type(e).__name__}: {str(e)[:100]}"
+        for item_id, record in entries.items():
+            why = self.check(item_id, record) if self.check is not None else None
+            if why:
+                return {}, f"item {item_id!r}: {why}"
+        return entries, None
 
     def _write_header(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -262,17 +301,18 @@ class Checkpoint:
         if self.path is not None:
             if not self.path.exists():
                 self._write_header()
-            self._append(frame({"items": [[i, *self.codec.encode(r)] for i, r in recs.items()]}, len(recs)))
+            armed = faults.hit("record")  # fault injection (tests): a kill inside, or after, this record
+            self._append(frame({"items": [[i, *self.codec.encode(r)] for i, r in recs.items()]}, len(recs)),
+                         faults.cut(armed))
             faults.trace(recs)
+            faults.after_record(armed)
         self.done.update(recs)
 
-    def _append(self, line: bytes) -> None:
+    def _append(self, line: bytes, cut: float | None = None) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
-            armed = faults.hit("record")
-            if armed:  # fault injection: die part way through this record
-                cut = int(len(line) * armed[0][1])
-                os.write(fd, line[:cut])
+            if cut is not None:  # fault injection: die part way through this record
+                os.write(fd, line[:int(len(line) * cut)])
                 os.fsync(fd)
                 faults.kill_now()
             view = memoryview(line)

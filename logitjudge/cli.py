@@ -48,6 +48,10 @@ def _quiet(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no start line, no progress bar: warnings only")
 
 
+FORCE_HELP = ("replace an existing file at an output path even when it is not a file this command writes there "
+              "(an input of the run is never replaced)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="logitjudge", description=__doc__, formatter_class=_Formatter)
     ap.add_argument("--version", action="version", version=f"logitjudge {__version__}")
@@ -67,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(s, Spec, required=("out",), helps={
         "out": "the score table to write (.npz); an interrupted run continues from OUT.partial.jsonl"})
     _quiet(s)
+    s.add_argument("--force", action="store_true", help=FORCE_HELP)
 
     a = command("analyze", "position bias, aggregation, human alignment, rank stability")
     a.add_argument("table", help="a score table (.npz) written by score or run")
@@ -84,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write one row per item and criterion (fixed, balanced, random, pride and human "
                         "scores under --reading, label mass) to FILE.csv or FILE.parquet")
     add_flags(a, AnalysisSpec, dest_prefix="analysis.")
+    a.add_argument("--force", action="store_true", help=FORCE_HELP)
 
     r = command("run", "run an experiment spec (.toml): score, analyse, report (and probe with [probe])")
     r.add_argument("spec", help="experiment spec (.toml); see experiments/")
@@ -93,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(r, DataSpec, only=("dir", "limit"), dest_prefix="data.", defaults=False)
     add_flags(r, Spec, only=("dump_prompts",), defaults=False)
     _quiet(r)
+    r.add_argument("--force", action="store_true", help=FORCE_HELP)
 
     p = command("probe", "where position bias comes from inside the judge: logit lens, attention to option lines, "
                          "order-swap patching, linear probes")
@@ -109,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         "out": "the probe table to write (.npz); an interrupted run continues from OUT.partial.jsonl",
         "dump_prompts": "write every probed prompt and continuation to this JSONL"})
     _quiet(p)
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
 
     d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo", help="report folder")
@@ -117,11 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_score(args) -> int:
-    from .experiment import check_labels, load_judge, prepare, score_experiment
+    from .experiment import load_judge, preflight, prepare, score_experiment
     from .spec import from_flags
 
-    exp = prepare(from_flags(args))  # everything but the model is checked here
-    check_labels(exp)  # the tokenizer alone
+    exp = prepare(from_flags(args), force=args.force)  # everything but the model is checked here
+    preflight(exp)  # the tokenizer and config alone
     table = score_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
     print(f"wrote {exp.table_path}: {table.shape[0]} items x {table.shape[1]} criteria x {table.shape[2]} "
           f"orderings x {table.shape[3]} options")
@@ -129,11 +137,11 @@ def cmd_score(args) -> int:
 
 
 def cmd_probe(args) -> int:
-    from .experiment import check_labels, load_judge, prepare, probe_experiment
+    from .experiment import load_judge, preflight, prepare, probe_experiment
     from .spec import from_flags
 
-    exp = prepare(from_flags(args, name="probe"))  # everything but the model is checked here
-    check_labels(exp)
+    exp = prepare(from_flags(args, name="probe"), force=args.force)  # everything but the model is checked here
+    preflight(exp)
     table, page = probe_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
     print(f"wrote {exp.probe_path}: {len(table.item_ids)} items x {table.probs.shape[1]} orderings, probes "
           f"{','.join(table.meta['probes'])}")
@@ -151,19 +159,18 @@ def cmd_analyze(args) -> int:
     if args.group_by and not args.human:
         raise UsageError("--group-by names a field of the --human file; give --human too (without --human the "
                          "table's own item groups are used)")
-    table = ScoreTable.load(args.table)
+    a = _analysis_flags(args)
+    _check_analyze_outputs(args)
+    table = ScoreTable.load(args.table)  # refused unless every probability is finite, >= 0 and sums to 1
     if args.export:
         return _export(table, Path(args.export))
     human = groups = None
     if args.human:
         human, groups = read_human_scores(args.human, group_by=args.group_by)
-    a = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("analysis.")}
     if args.scores:  # one row per item and criterion
         from .sections.scores import item_scores, write_item_scores
 
         path = Path(args.scores)
-        if path.suffix not in (".parquet", ".csv"):
-            raise UsageError(f"--scores {path}: the file must end in .csv or .parquet")
         frame = write_item_scores(item_scores(table, reading=a["reading"], human=human, groups=groups or None),
                                   path)
         print(f"wrote {path}: {len(frame)} rows (one per item and criterion)", file=sys.stderr)
@@ -173,9 +180,36 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def _analysis_flags(args) -> dict:
+    """The [analysis] flags, checked as the spec checks them (minimums: --n-boot 0, --n-draws 2, --seed 0)."""
+    from dataclasses import fields
+
+    from .spec import check_value, flag_of
+
+    given = vars(args)
+    return {f.name: check_value(f, given[f"analysis.{f.name}"], flag_of(f), flag=True)
+            for f in fields(AnalysisSpec) if f"analysis.{f.name}" in given}
+
+
+def _check_analyze_outputs(args) -> None:
+    """--scores and --export: the right suffix, and never the table, the --human file or a file of another kind
+    (:mod:`logitjudge.outputs`), before anything is read or written."""
+    from .outputs import Output, OutputError, check_outputs
+
+    outs = []
+    for flag, value, kind in (("--export", args.export, "export"), ("--scores", args.scores, "scores")):
+        if value is None:
+            continue
+        if Path(value).suffix not in (".parquet", ".csv"):
+            raise UsageError(f"{flag} {value}: the file must end in .parquet or .csv")
+        outs.append(Output(Path(value), flag, kind=kind))
+    try:
+        check_outputs(outs, [("table", args.table), ("--human", args.human)], force=args.force)
+    except OutputError as e:
+        raise UsageError(str(e)) from None
+
+
 def _export(table, path: Path) -> int:
-    if path.suffix not in (".parquet", ".csv"):
-        raise UsageError(f"--export {path}: the file must end in .parquet or .csv")
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".parquet":
         table.to_parquet(path)
@@ -191,7 +225,7 @@ def cmd_run(args) -> int:
     over = {"model": {"threads": getattr(args, "model.threads"), "token_budget": getattr(args, "model.token_budget")},
             "data": {"dir": getattr(args, "data.dir"), "limit": getattr(args, "data.limit")},
             "": {"dump_prompts": args.dump_prompts}}
-    res = run_experiment(args.spec, out=args.out, overrides=over, progress=not args.quiet)
+    res = run_experiment(args.spec, out=args.out, overrides=over, progress=not args.quiet, force=args.force)
     print(res["verdict"])
     print(f"report: {res['report']}")
     if "probe_report" in res:

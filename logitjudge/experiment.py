@@ -68,7 +68,8 @@ from pathlib import Path
 import numpy as np
 
 from .items import Item, read_items
-from .orderings import OrderingError, cross, parse
+from .orderings import OrderingError, check_memory, cross, parse
+from .preflight import model_source, preflight  # noqa: F401 - preflight: part of this module's API (cli)
 from .rubric import Rubric, RubricError, load_rubric
 from .spec import Spec, SpecError, from_dict, relative
 from .table import ScoreTable
@@ -182,28 +183,59 @@ def _orders(spec: Spec, rubric: Rubric, n_items: int) -> tuple[np.ndarray, np.nd
     return cross(option_orders, criterion_orders)
 
 
-def _check_writable(path: Path, where: str) -> None:
-    """``path`` (a file or folder to be written) can be created: its nearest existing folder is writable."""
-    if path.is_dir() and path.suffix == ".npz":
-        raise SpecError(f"{where}: {path} is a folder; give the table's file name, e.g. {path / 'table.npz'}")
-    probe = path if path.is_dir() else path.parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK) or \
-            (path.exists() and not os.access(path, os.W_OK)):
-        raise SpecError(f"{where}: cannot write {path} ({probe} is not a writable folder); choose another output")
+def _outputs(spec: Spec, table_path: Path, probe_path: Path, probing: bool) -> list:
+    """Every path the spec's command writes (:mod:`logitjudge.outputs`): ``score`` its table, ``probe`` its probe
+    table and page folder, ``run`` its report folder; and the prompt dump."""
+    from .outputs import Output, probe_folder, report_folder
+
+    def side(p: Path) -> tuple:  # the run's checkpoint and lock beside a table
+        return (Path(f"{p}.partial.jsonl"), Path(f"{p}.lock"))
+
+    out = spec.where("", "out")
+    if not spec.from_flags:
+        outs = [Output(Path(spec.out), out, files=report_folder(probe=probing),
+                       side=side(table_path) + (side(probe_path) if probing else ()))]
+    elif probing:
+        outs = [Output(probe_path, out, kind="probe-table", side=side(probe_path))]
+        if spec.probe.report:
+            outs.append(Output(Path(spec.probe.report), spec.where("probe", "report"), files=probe_folder()))
+    else:
+        outs = [Output(table_path, out, kind="table", side=side(table_path))]
+    if spec.dump_prompts:
+        outs.append(Output(Path(spec.dump_prompts), spec.where("", "dump_prompts"), kind="prompt-dump"))
+    return outs
 
 
-def prepare(spec, *, data_dir=None, out=None) -> Experiment:
-    """Validate a spec and resolve its data, rubric, template, orderings and output (no model yet).
+def _inputs(spec: Spec, info: dict, spec_file) -> list:
+    """The files the run reads, as (label, path): none of them may be written."""
+    d, template = spec.data, spec.prompts.template or ""
+    ins = [(spec.where("data", "texts") if d.texts else "data set", info.get("path")),
+           (spec.where("data", "rubric"), relative(d.rubric, spec.base) if d.rubric else None),
+           (spec.where("prompts", "template"), relative(template, spec.base) if template.endswith(".toml") else None),
+           ("experiment spec", spec_file)]
+    model = Path(model_source(spec)).expanduser()
+    if model.is_dir():
+        ins += [(spec.where("model", "id"), f) for f in model.iterdir()]
+    return ins
+
+
+def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=None) -> Experiment:
+    """Validate a spec and resolve its data, rubric, template, orderings, devices and outputs (no model yet).
 
     A spec from ``score`` (``probe``) flags writes its table (probe table) at ``out``; an experiment writes a
-    report folder there, with the table at ``out/table.npz`` and the probe table at ``out/probe.npz``.
+    report folder there, with the table at ``out/table.npz`` and the probe table at ``out/probe.npz``. No output
+    may be an input of the run, and an existing file that is not of the kind written there is refused unless
+    ``force`` (:mod:`logitjudge.outputs`); ``spec_file``: the spec's file (an input too; default: ``spec`` when
+    it is a path).
     """
+    from .models import ModelError, check_attn_implementation, check_device
+    from .outputs import OutputError, check_outputs
     from .prompts import PromptError, load_template
     from .requests import default_template
     from .steps import check_slots
 
+    if isinstance(spec, (str, Path)):
+        spec_file = spec_file or spec
     spec = load_spec(spec)
     items, rubric, info = _load_items(spec, data_dir)
     pr = spec.prompts
@@ -216,6 +248,13 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
     except PromptError as e:
         raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
     option_orders, criterion_orders = _orders(spec, rubric, len(items))
+    k, n = option_orders.shape[-2], rubric.n_options
+    try:  # the scores table (and its label mass) the orders make, before a batch is scored
+        check_memory(f"{spec.where('orderings', 'options')}: a table of {len(items):,} items x "
+                     f"{rubric.n_criteria} criteria x {k:,} orderings x {n} options would",
+                     len(items) * rubric.n_criteria * k * (n + 1) * 8, "use fewer orderings or items")
+    except OrderingError as e:
+        raise SpecError(str(e)) from None
     if pr.multi_criteria:
         check_slots(pr.slots, rubric.n_options, rubric.n_criteria, pr.max_continuations)
     human = {it.id: dict(it.human) for it in items if it.human} or None
@@ -229,42 +268,19 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
     spec = replace(spec, out=str(out_path))
     table_path = out_path if spec.from_flags else out_path / "table.npz"
     probe_path = out_path if spec.from_flags else out_path / "probe.npz"
-    _check_writable(table_path, spec.where("", "out"))
+    for key, check in (("device", check_device), ("attn_implementation", check_attn_implementation)):
+        try:
+            check(getattr(spec.model, key))
+        except ModelError as e:
+            raise SpecError(f"{spec.where('model', key)}: {e}") from None
     exp = Experiment(spec, out_path, table_path, probe_path, items, rubric, template, option_orders,
                      criterion_orders, human, systems, info)
-    probe_settings(exp)  # the [probe] section too is checked before any model loads
+    probing = probe_settings(exp) is not None  # the [probe] section too is checked before any model loads
+    try:
+        check_outputs(_outputs(spec, table_path, probe_path, probing), _inputs(spec, info, spec_file), force=force)
+    except OutputError as e:
+        raise SpecError(str(e)) from None
     return exp
-
-
-def _model_source(spec: Spec) -> str:
-    model_id = spec.model.id
-    if spec.base is not None and not Path(model_id).is_absolute() and (Path(spec.base) / model_id).is_dir():
-        return str(Path(spec.base) / model_id)
-    return model_id
-
-
-def check_labels(exp: Experiment) -> None:
-    """The label checks that need the tokenizer (labels that are token prefixes of each other, labels the
-    tokenizer cannot produce), run on the tokenizer alone before the model loads."""
-    from .models import load_tokenizer
-    from .requests import encode, first_requests, orders_of, slot_request
-
-    probe = _TokenizerOnly(load_tokenizer(_model_source(exp.spec)))
-    item, orders = exp.items[0], orders_of(np.asarray(exp.option_orders), 0)
-    if exp.criterion_orders is None:
-        requests = first_requests(exp.rubric, item, orders[:1])  # one per criterion
-    else:  # every slot of the first ordering, the earlier slots holding their first label
-        co = exp.criterion_orders[0]
-        answers = [exp.rubric.criteria[c].options[0].label for c in co]
-        requests = [slot_request(item, orders[0], co, answers[:j]) for j in range(len(co))]
-    for req in requests:
-        encode(probe, exp.template, exp.rubric, req)
-
-
-@dataclass(frozen=True)
-class _TokenizerOnly:
-    tokenizer: object
-    max_length: int | None = None
 
 
 def load_judge(spec: Spec):
@@ -276,7 +292,7 @@ def load_judge(spec: Spec):
 
     m = spec.model
     set_threads(m.threads)
-    source = _model_source(spec)
+    source = model_source(spec)
     check_available(source)
     device = rank_device(m.device)  # cuda -> cuda:LOCAL_RANK before anything is loaded
     dtype, why = resolve_dtype(m.dtype, device)  # auto: measured once per machine (cached)
@@ -345,7 +361,7 @@ def write_experiment_report(exp: Experiment, table: ScoreTable, results: dict) -
     spec = public_spec(exp.spec)
     exp.out.mkdir(parents=True, exist_ok=True)
     spec_file = dict(spec, out=str(exp.out.resolve()))
-    spec_file["model"] = dict(spec_file["model"], id=_model_source(exp.spec))
+    spec_file["model"] = dict(spec_file["model"], id=model_source(exp.spec))
     if spec_file["data"].get("texts"):
         spec_file["data"] = dict(spec_file["data"], texts=str(Path(exp.data_info["path"]).resolve()))
     (exp.out / "spec.toml").write_text(tomli_w.dumps(spec_file), encoding="utf-8")
@@ -355,19 +371,22 @@ def write_experiment_report(exp: Experiment, table: ScoreTable, results: dict) -
 
 
 def run_experiment(spec_path_or_dict, *, data_dir=None, out=None, lm=None, progress: bool = True,
-                   overrides: dict | None = None) -> dict:
+                   overrides: dict | None = None, force: bool = False) -> dict:
     """Run an experiment spec end to end: score (resumable), analyse, write the report folder, and probe when
     the spec has a [probe] section.
 
     ``out`` overrides the spec's report folder; ``lm`` is a preloaded model (the spec's [model] id is then
     not loaded); ``overrides``: ``{section: {key: value}}`` set over the spec's own values (the flags
-    ``logitjudge run`` shares with ``score``). Returns ``{"verdict", "report" (the folder), "results" (the
+    ``logitjudge run`` shares with ``score``); ``force``: replace files of other kinds in the report folder
+    (:func:`prepare`). Returns ``{"verdict", "report" (the folder), "results" (the
     analysis dict)}`` and, probing, ``"probe_report"``.
     """
-    exp = prepare(with_overrides(load_spec(spec_path_or_dict), overrides), data_dir=data_dir, out=out)
+    spec_file = spec_path_or_dict if isinstance(spec_path_or_dict, (str, Path)) else None
+    exp = prepare(with_overrides(load_spec(spec_path_or_dict), overrides), data_dir=data_dir, out=out, force=force,
+                  spec_file=spec_file)
     probing = probe_settings(exp) is not None
     if lm is None:
-        check_labels(exp)
+        preflight(exp)
         lm = load_judge(exp.spec)
     engine = judge_engine(exp, lm)
     table = score_experiment(exp, lm, engine=engine, progress=progress)

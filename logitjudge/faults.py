@@ -5,7 +5,11 @@
 * ``kill@batch:3``       SIGKILL this process as the engine starts its 3rd forward batch;
 * ``oom@batch:3``        the 3rd forward batch raises ``torch.OutOfMemoryError`` (``cpu-oom@batch:3``: the
   ``RuntimeError`` torch's CPU allocator raises);
-* ``kill@record:2:0.5``  SIGKILL halfway through writing the 2nd checkpoint record (``:1`` after it is synced).
+* ``kill@record:2:0.5``  SIGKILL halfway through writing the 2nd checkpoint record (``:0`` before its first byte;
+  ``:1``, the default, between records: after the 2nd record is synced and traced, before the next batch);
+* ``pause@record:2``     after the 2nd record is synced and traced, write ``logitjudge-fault: paused after record
+  2`` to stderr and wait for a signal: a test reads that line and then sends SIGTERM or SIGKILL, so where the
+  signal lands does not depend on how fast the machine is.
 
 ``LOGITJUDGE_CHECKPOINT_TRACE=FILE`` appends ``pid item_id`` to FILE for every item once its checkpoint record is
 durable, so a test can count how often each item was saved across kills and resumes.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 _counts: dict[str, int] = {}
 
@@ -42,6 +47,23 @@ def hit(point: str) -> list[tuple[str, float]]:
 
 def kill_now() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def cut(armed: list[tuple[str, float]]) -> float | None:
+    """The fraction of a record to write before a kill inside it (None: write it whole)."""
+    return next((frac for what, frac in armed if what == "kill" and frac < 1), None)
+
+
+def after_record(armed: list[tuple[str, float]]) -> None:
+    """Called once a checkpoint record is durable: a kill between records, or a pause until a signal."""
+    for what, frac in armed:
+        if what == "kill" and frac >= 1:
+            kill_now()
+        if what == "pause":
+            print(f"logitjudge-fault: paused after record {_counts['record']} (pid {os.getpid()})", file=sys.stderr,
+                  flush=True)
+            while True:  # a handler that raises (SIGTERM, SIGINT) or a SIGKILL ends the wait
+                signal.pause()
 
 
 def at_batch() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from .errors import LogitJudgeError
@@ -20,13 +21,20 @@ def _is_number(v) -> bool:
 
 def _line_scores(d: dict, where: str, iid: str, gkey: str) -> dict[str, float]:
     if "human" not in d:  # flat: every numeric field except the reserved ones is a criterion
-        return {str(k): float(v) for k, v in d.items() if k not in RESERVED | {gkey} and _is_number(v)}
-    scores = d["human"]
-    if not isinstance(scores, dict):
-        raise HumanScoresError(f"{where} (id {iid!r}): 'human' must be an object criterion -> score")
-    bad = [k for k, v in scores.items() if v is not None and not _is_number(v)]
+        scores = {k: v for k, v in d.items() if k not in RESERVED | {gkey} and _is_number(v)}
+    else:
+        scores = d["human"]
+        if not isinstance(scores, dict):
+            raise HumanScoresError(f"{where} (id {iid!r}): 'human' must be an object criterion -> score")
+        bad = [k for k, v in scores.items() if v is not None and not _is_number(v)]
+        if bad:
+            raise HumanScoresError(f"{where} (id {iid!r}): human scores {bad} are not numbers")
+    # NaN or Infinity (which JSON readers accept) would pass into every correlation as a missing or infinite
+    # score: a missing score is written null (or left out), never NaN
+    bad = [k for k, v in scores.items() if v is not None and not math.isfinite(v)]
     if bad:
-        raise HumanScoresError(f"{where} (id {iid!r}): human scores {bad} are not numbers")
+        raise HumanScoresError(f"{where} (id {iid!r}): human score {bad[0]!r} is {scores[bad[0]]!r}, not a finite "
+                               "number; write a missing score as null or leave it out")
     return {str(k): float(v) for k, v in scores.items() if v is not None}
 
 
@@ -45,6 +53,9 @@ def read_human_scores(path, *, group_by: str | None = None) -> tuple[dict, dict 
     for where, d in iter_jsonl(p, error=HumanScoresError, expect="use one JSON object per line with an 'id'"):
         if "id" not in d:
             raise HumanScoresError(f"{where}: each line must be a JSON object with an 'id' field")
+        if isinstance(d["id"], bool) or not isinstance(d["id"], (str, int)):  # as a texts file's ids (items.py)
+            raise HumanScoresError(f"{where}: 'id' must be a string or an integer, got {type(d['id']).__name__} "
+                                   f"({d['id']!r:.40}); use the id of the scored item")
         iid = str(d["id"])
         if iid in human:
             raise HumanScoresError(f"{where}: duplicate id {iid!r}; give each item one line")

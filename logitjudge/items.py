@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,9 @@ class Item:
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
+        if not isinstance(self.id, str) or not self.id:
+            raise ItemError(f"item id {self.id!r}: an item's id must be a non-empty string, got "
+                            f"{type(self.id).__name__}; pass str(id)")
         for name in ("text", "context", "group"):
             value = getattr(self, name)
             if not isinstance(value, str):
@@ -49,6 +53,14 @@ def item_from_dict(d: dict, *, where: str = "item") -> Item:
     if missing:
         raise ItemError(f"{where}: missing field(s) {missing}; each line needs 'id' and 'text' "
                         "(and optionally 'context', 'group', 'human')")
+    iid = d["id"]
+    # an id is matched against human scores and checkpoints as a string: null would become "None", an object
+    # its repr, and 1.0 would not match 1; only strings and integers name an item unambiguously
+    if isinstance(iid, bool) or not isinstance(iid, (str, int)):
+        raise ItemError(f"{where}: 'id' must be a string or an integer, got {type(iid).__name__} ({iid!r:.40}); "
+                        'give each item its own id, e.g. "id": "t1"')
+    if isinstance(iid, str) and not iid.strip():
+        raise ItemError(f"{where}: 'id' is empty; give each item its own id, e.g. \"id\": \"t1\"")
     text = d["text"]
     if not isinstance(text, str):
         raise ItemError(f"{where} (id {d['id']!r}): 'text' must be a string, got {type(text).__name__} "
@@ -61,8 +73,15 @@ def item_from_dict(d: dict, *, where: str = "item") -> Item:
     human = d.get("human") or {}
     if not isinstance(human, dict):
         raise ItemError(f"{where} (id {d['id']!r}): 'human' must be an object criterion -> score")
-    return Item(str(d["id"]), text, str(d.get("context") or ""), str(d.get("group") or ""),
-                {str(k): float(v) for k, v in human.items()}, dict(d.get("meta") or {}))
+    for k, v in human.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ItemError(f"{where} (id {d['id']!r}): human score {k!r} = {v!r} is not a finite number; write "
+                            "it as a number, or leave the criterion out")
+    meta = d.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise ItemError(f"{where} (id {d['id']!r}): 'meta' must be an object, got {type(meta).__name__}")
+    return Item(str(iid), text, str(d.get("context") or ""), str(d.get("group") or ""),
+                {str(k): float(v) for k, v in human.items()}, dict(meta))
 
 
 def read_items(path: str | Path) -> list[Item]:

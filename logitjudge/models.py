@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -34,8 +35,24 @@ class LoadedModel:
 
     @property
     def max_length(self) -> int:
-        cfg = self.model.config
-        return int(getattr(cfg, "max_position_embeddings", None) or getattr(self.tokenizer, "model_max_length", 2048))
+        return context_length(self.model.config, self.tokenizer)
+
+
+def context_length(config, tokenizer=None) -> int:
+    """The model's context in tokens, from its config (a multimodal checkpoint's text config), else the
+    tokenizer's ``model_max_length``: the same number before the model loads (:func:`load_config`) and after."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for cfg in (config, text):
+        if getattr(cfg, "max_position_embeddings", None):
+            return int(cfg.max_position_embeddings)
+    return int(getattr(tokenizer, "model_max_length", None) or 2048)
+
+
+def config_layers(config) -> int | None:
+    """The language model's layer count from its config (None where the config does not say)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n = getattr(text, "num_hidden_layers", None)
+    return int(n) if n else None
 
 
 def cache_dir() -> Path:
@@ -83,6 +100,72 @@ def builtin_checkpoint(alias: str = "gemma-3-270m") -> Path:
     return target
 
 
+def offered_devices() -> list[str]:
+    """The devices this machine offers torch: cpu, auto, and cuda / cuda:N / mps where present."""
+    out = ["cpu", "auto"]
+    if torch.cuda.is_available():
+        out += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        out.append("mps")
+    return out
+
+
+def check_device(device: str) -> None:
+    """Refuse, before any model loads, a device torch does not know or this machine does not have."""
+    if device == "auto":
+        return
+    offer = f"this machine offers {', '.join(offered_devices())}"
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ModelError(f"{device!r} is not a device torch knows; {offer}") from None
+    if d.type == "cpu":
+        return
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelError(f"device {device!r} was asked for but CUDA is not available; {offer}")
+        if d.index is not None and d.index >= torch.cuda.device_count():
+            raise ModelError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                             f"{offer}")
+        return
+    backend = getattr(torch.backends, d.type, None) or getattr(torch, d.type, None)
+    available = getattr(backend, "is_available", None)
+    if available is None or not available():
+        raise ModelError(f"device {device!r}: torch has no {d.type} device on this machine; {offer}")
+
+
+def attn_implementations() -> list[str]:
+    """The attention implementations transformers offers by name (kernels-hub repos come on top)."""
+    try:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        return ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
+    except ImportError:  # pragma: no cover - an older transformers
+        return ["eager", "sdpa"]
+
+
+def check_attn_implementation(name: str | None) -> None:
+    """Refuse, before any model loads, an attention implementation transformers does not offer: a registered
+    name (:func:`attn_implementations`) or a kernels-hub repo id (``org/repo[@rev][:kernel]``), as transformers'
+    own check accepts them."""
+    if name is None:
+        return
+    try:
+        from transformers.integrations.hub_kernels import is_kernel
+    except ImportError:  # pragma: no cover
+        def is_kernel(x):
+            return re.search(r"^[^/:]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?$", x) is not None
+    known = attn_implementations()
+    if name in known or name.removeprefix("paged|") in known or is_kernel(name):
+        return
+    import transformers
+
+    raise ModelError(f"attention implementation {name!r} is not one transformers {transformers.__version__} offers: "
+                     f"{', '.join(known)}, or a kernels-hub repo such as kernels-community/flash-attn; unset it for "
+                     "SDPA (else the model's eager attention)")
+
+
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -105,11 +188,35 @@ def set_threads(n: int | None = None) -> int:
     return n
 
 
+WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.safetensors.index.json", "*.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "spiece.model")
+
+
+def check_model_folder(folder: Path) -> None:
+    """A local model folder holds what loading needs (config.json, tokenizer files, weights), else one line
+    saying what is missing (transformers' own message for an empty folder is about sentencepiece)."""
+    names = {x.name for x in folder.iterdir()} if folder.is_dir() else set()
+    missing = []
+    if "config.json" not in names:
+        missing.append("config.json")
+    if not names & set(TOKENIZER_FILES):
+        missing.append("tokenizer files (tokenizer.json or tokenizer.model)")
+    if not any(next(folder.glob(pattern), None) for pattern in WEIGHTS):
+        missing.append("weights (*.safetensors or *.bin)")
+    if missing:
+        what = "is empty" if not names else f"has no {', no '.join(missing)}"
+        raise ModelError(f"model folder {folder} {what}; it is not a saved model: point --model at a folder written "
+                         "by save_pretrained (config.json, tokenizer and weights) or at a Hugging Face model id")
+
+
 def check_available(model_id: str) -> None:
     """Fail fast, in one line, when ``model_id`` is neither a built-in, a local folder nor in the local Hugging
     Face cache and the hub cannot be reached (offline mode set, or no connection within a few seconds), instead
-    of minutes of download retries."""
-    if model_id in BUILTIN_ALIASES or Path(model_id).expanduser().is_dir():
+    of minutes of download retries; a local folder must hold a saved model (:func:`check_model_folder`)."""
+    if model_id in BUILTIN_ALIASES:
+        return
+    if Path(model_id).expanduser().is_dir():
+        check_model_folder(Path(model_id).expanduser())
         return
     from huggingface_hub import constants, try_to_load_from_cache
 
@@ -139,8 +246,20 @@ def load_tokenizer(model_id: str = "gemma-3-270m", *, revision: str | None = Non
     source = str(builtin_checkpoint(model_id)) if model_id in BUILTIN_ALIASES else model_id
     try:
         return AutoTokenizer.from_pretrained(source, **({"revision": revision} if revision else {}))
-    except OSError as e:
-        raise ModelError(f"could not load the tokenizer of {model_id!r}: {e}") from None
+    except (OSError, ValueError) as e:
+        raise ModelError(f"could not load the tokenizer of {model_id!r}: {str(e).splitlines()[0][:300]}") from None
+
+
+def load_config(model_id: str = "gemma-3-270m", *, revision: str | None = None):
+    """The judge's config alone (no weights): its context and layer count are checked before the model loads."""
+    from transformers import AutoConfig
+
+    check_available(model_id)
+    source = str(builtin_checkpoint(model_id)) if model_id in BUILTIN_ALIASES else model_id
+    try:
+        return AutoConfig.from_pretrained(source, **({"revision": revision} if revision else {}))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"could not read the config of {model_id!r}: {str(e).splitlines()[0][:200]}") from None
 
 
 ATTN_FALLBACK = ("sdpa", "eager")  # tried in order when no attention implementation is named

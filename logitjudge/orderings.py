@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 
 import numpy as np
 
@@ -166,7 +167,32 @@ def inverse(orders) -> np.ndarray:
     return inv
 
 
+def memory_bytes() -> int | None:
+    """This machine's physical memory (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+
+
+def check_memory(what: str, nbytes: int, fix: str) -> None:
+    """Refuse, before anything is allocated, an array of ``nbytes`` that would take more than a quarter of this
+    machine's memory (the run holds the orders, the scores table and the draw's temporaries together)."""
+    total = memory_bytes()
+    if total is not None and nbytes > total // 4:
+        raise OrderingError(f"{what} need {_size(nbytes)} of memory, more than a quarter of this machine's "
+                            f"{_size(total)}; {fix}")
+
+
 SPECS = "balanced, all, random:K, balanced+random:R, shared-random:K or fixed:K"
+COUNTED = ("random", "balanced+random", "shared-random", "fixed")  # the designs that take a count
 
 
 def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None) -> np.ndarray:
@@ -184,14 +210,20 @@ def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None
     except ValueError:
         raise OrderingError(f"ordering spec {spec!r}: {arg!r} is not an integer; use e.g. random:10") from None
     if k is not None:
+        if kind in ("balanced", "all"):  # said before any size: the count is the mistake
+            raise OrderingError(f"'{kind}' takes no count: it is always "
+                                + ("the 2n cyclic rotations" if kind == "balanced" else "all n! orders"))
         try:
             _check_k(k, kind)
         except OrderingError as e:
             raise OrderingError(f"ordering spec {spec!r}: {e}") from None
+        if kind in COUNTED:  # before anything is allocated
+            per_item = kind in ("random", "balanced+random") and n_items is not None
+            rows = k + (2 * n if kind == "balanced+random" else 0)
+            check_memory(f"ordering spec {spec!r}: {rows:,} orders" + (f" per item for {n_items:,} items"
+                                                                       if per_item else "") + f" of {n} options",
+                         rows * n * 8 * (int(n_items) if per_item else 1), "use a smaller count")
     if kind in ("balanced", "all"):
-        if k is not None:
-            raise OrderingError(f"'{kind}' takes no count: it is always "
-                                + ("the 2n cyclic rotations" if kind == "balanced" else "all n! orders"))
         return balanced(n) if kind == "balanced" else all_orders(n)
     if kind == "fixed":
         return fixed(n, k or 1)

@@ -8,7 +8,8 @@ prompt + continuation together and split, here at the last token that ends insid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import string
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import LogitJudgeError
@@ -48,13 +49,38 @@ class Template:
 
     @classmethod
     def load(cls, path: str | Path) -> Template:
+        """A template file: every key of :data:`LAYOUT` set, or ``base = "<built-in>"`` and the keys it changes
+        (a file that sets only ``option_line`` would otherwise take the rest of its prompt from text-first
+        without saying so); ``terminator``, ``chat`` and ``needs_descriptions`` are optional (nothing after the
+        label, no chat template, descriptions checked where shown)."""
         p = Path(path)
         d = read_toml(p, what="template file", error=PromptError)
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) | {"base"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise PromptError(f"template file {p}: unknown keys {unknown}; known keys are {sorted(known)}")
-        t = cls(**{"name": p.stem, **d})
+        for key, value in d.items():
+            want = bool if key in ("chat", "needs_descriptions") else str
+            if not isinstance(value, want):
+                kind = "true or false" if want is bool else "a string"
+                raise PromptError(f"template file {p}: '{key}' must be {kind}, got {type(value).__name__} "
+                                  f"({value!r:.40})")
+        base = d.pop("base", None)
+        if base is not None:
+            fields = {**asdict(builtin_template(base)), "name": p.stem, **d}
+        else:
+            missing = [k for k in LAYOUT if k not in d]
+            if missing:
+                raise PromptError(
+                    f"template file {p}: missing keys {missing}; a template file sets every key that lays out the "
+                    f"prompt ({', '.join(LAYOUT)}), or names the built-in template it changes, e.g. "
+                    f'base = "text-first" (built-ins: {", ".join(builtin_names())})')
+            fields = {"name": p.stem, **d}
+        t = cls(**fields)
+        for key, allowed in PLACEHOLDERS.items():
+            problem = _placeholder_problem(getattr(t, key), allowed)
+            if problem:
+                raise PromptError(f"template file {p}: '{key}' {problem}")
         for key, need in (("body", "{text}"), ("body", "{rubric}"), ("option_line", "{label}")):
             if need not in getattr(t, key):
                 raise PromptError(f"template file {p}: '{key}' must contain {need}")
@@ -79,11 +105,37 @@ class Template:
         return label + self.terminator
 
 
+# The keys that lay out a prompt: a template file sets all of them or names a base (Template.load).
+LAYOUT = ("body", "context_block", "criterion_block", "option_line", "criteria_separator", "answer_prefix",
+          "slot_line", "slot_separator")
+# The placeholders each key may use (render_body, render_criterion, requests.render); {{ }} for a literal brace.
+PLACEHOLDERS = {"body": ("instructions", "context_block", "text", "rubric"), "context_block": ("context",),
+                "criterion_block": ("name", "description", "options"),
+                "option_line": ("label", "description", "position"), "criteria_separator": (),
+                "answer_prefix": ("name",), "slot_line": ("name",), "slot_separator": (), "terminator": ()}
+
+
+def _placeholder_problem(text: str, allowed) -> str | None:
+    """Why ``text`` would fail (or render wrong) under ``str.format`` with the ``allowed`` names."""
+    try:
+        names = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+    except ValueError as e:
+        return f"is not a valid format string ({e}); write {{{{ and }}}} for literal braces"
+    for f in names:
+        if f.split(".")[0].split("[")[0] not in allowed:
+            return (f"uses the placeholder {{{f}}}, which is not one of "
+                    f"{', '.join('{' + a + '}' for a in allowed) or 'none'}; write {{{{ and }}}} for literal braces")
+    return None
+
+
+def builtin_names() -> list[str]:
+    return sorted(x.stem for x in TEMPLATE_DIR.glob("*.toml"))
+
+
 def builtin_template(name: str) -> Template:
     p = TEMPLATE_DIR / f"{name}.toml"
     if not p.exists():
-        avail = sorted(x.stem for x in TEMPLATE_DIR.glob("*.toml"))
-        raise PromptError(f"no built-in template {name!r}; available: {avail}, or pass a .toml file")
+        raise PromptError(f"no built-in template {name!r}; available: {builtin_names()}, or pass a .toml file")
     return Template.load(p)
 
 

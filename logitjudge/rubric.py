@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -89,22 +90,27 @@ class Rubric:
             dup = sorted({x for x in labels if labels.count(x) > 1})
             if dup:
                 raise RubricError(f"{cw}: duplicate option labels {dup}; every option needs its own label")
-            values = [o.value for o in c.options]
-            dupv = sorted({x for x in values if values.count(x) > 1})
-            if dupv:
-                raise RubricError(f"{cw}: duplicate option values {dupv}; every option needs its own value")
             for o in c.options:
-                if not isinstance(o.value, (int, float)) or not math.isfinite(o.value):
+                if isinstance(o.value, bool) or not isinstance(o.value, (int, float)) or not math.isfinite(o.value):
                     raise RubricError(f"{cw}: option {o.label!r} has value {o.value!r}, not a finite number; "
                                       "give every option a finite numeric value")
                 if not str(o.label).strip():
                     raise RubricError(f"{cw}: an option (value {o.value}) has an empty 'label'")
+                why = label_problem(str(o.label))
+                if why:
+                    raise RubricError(f"{cw}: option label {o.label!r} (value {o.value:g}) is not one line of visible "
+                                      f"text: {why}; a label is what the judge writes after the answer prefix, "
+                                      "so write it as visible characters on one line (e.g. \"3\" or \"good\")")
                 if str(o.label) != str(o.label).strip():
                     raise RubricError(f"{cw}: option label {o.label!r} has surrounding whitespace; "
                                       "put spacing in the template's answer prefix, not in the label")
                 if need_descriptions and not o.description.strip():
                     raise RubricError(f"{cw}: option {o.label!r} has an empty 'description', which the "
                                       "template shows; write one or use a template without descriptions")
+            values = [o.value for o in c.options]  # numbers by now (True would equal 1)
+            dupv = sorted({x for x in values if values.count(x) > 1})
+            if dupv:
+                raise RubricError(f"{cw}: duplicate option values {dupv}; every option needs its own value")
             if need_descriptions and not c.description.strip():
                 raise RubricError(f"{cw}: empty 'description', which the template shows; write one")
         return self
@@ -136,15 +142,19 @@ class Rubric:
                 if not isinstance(o, dict) or "value" not in o:
                     raise RubricError(f"{source}: criteria[{i}].options[{j}] needs 'value' (a number) "
                                       "and optionally 'label' and 'description'")
-                try:
-                    value = float(o["value"])
-                except (TypeError, ValueError):
-                    raise RubricError(f"{source}: criteria[{i}].options[{j}].value={o['value']!r} "
-                                      "is not a number") from None
+                raw = o["value"]
+                if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+                    # true/false would read as 1/0 and "3" as 3: a value is written as a number, or refused
+                    raise RubricError(f"{source}: criteria[{i}].options[{j}].value={raw!r} is not a number "
+                                      f"(a {type(raw).__name__}); write the value as a number, e.g. value = {j + 1}")
+                value = float(raw)
                 if not math.isfinite(value):
                     raise RubricError(f"{source}: criteria[{i}].options[{j}].value={o['value']!r} is not a finite "
                                       "number; give every option a finite numeric value")
                 label = o.get("label")
+                if label is not None and (isinstance(label, bool) or not isinstance(label, (str, int, float))):
+                    raise RubricError(f"{source}: criteria[{i}].options[{j}].label={label!r} is a "
+                                      f"{type(label).__name__}; write the label as a string, e.g. label = \"{j + 1}\"")
                 if label is None:
                     label = str(int(value)) if value == int(value) else str(value)
                 opts.append(ScoreOption(value, str(label), str(o.get("description", ""))))
@@ -177,6 +187,29 @@ class Rubric:
         else:
             raise RubricError(f"cannot save rubric to {p}: use a .toml or .json file name")
         return p
+
+
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def label_problem(label: str) -> str | None:
+    """Why ``label`` is not one line of visible text (None when it is): the judge writes it right after the forced
+    answer prefix, so a line break would make one option's answer span lines (``"2\nScore: 3"`` reads as a second
+    answer), and a control or invisible character cannot be told apart from another label when the prompt is
+    read."""
+    for ch in label:
+        if ch in _LINE_BREAKS:
+            return f"it contains a line break ({ch!r})"
+        cat = unicodedata.category(ch)
+        name = unicodedata.name(ch, "")
+        if cat == "Cc":
+            return f"it contains the control character U+{ord(ch):04X}"
+        if cat in ("Cf", "Co", "Cs", "Cn"):
+            what = {"Cf": "invisible format", "Co": "private-use", "Cs": "surrogate", "Cn": "unassigned"}[cat]
+            return f"it contains the {what} character U+{ord(ch):04X}{' (' + name.lower() + ')' if name else ''}"
+    if not any(not unicodedata.category(ch).startswith("Z") for ch in label):
+        return "it has no visible character"
+    return None
 
 
 def builtin_rubric(name: str = "default") -> Rubric:

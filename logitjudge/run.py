@@ -40,7 +40,7 @@ from .progress import Interrupted, Plan, Progress
 from .prompts import load_template
 from .requests import default_template, item_prompts, orders_of
 from .steps import SLOT_FUNCTIONS, SLOT_JOBS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
-from .table import ScoreTable, TableError
+from .table import ScoreTable, TableError, bad_distributions
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,21 @@ class Run:
         self.out, self.progress, self.meta = out, progress, dict(meta or {})
         self._encoded: dict[int, list] = {}  # window start -> its items' prompts, encoded by plan(), for batches()
 
+    def check_record(self, item_id: str, record) -> str | None:
+        """Why a checkpoint record read back does not fit this run (None: it does): an item the run does not
+        have, arrays of other shapes than (criteria, orderings, options) and (criteria, orderings), or
+        probabilities a table may not hold."""
+        if item_id not in {it.id for it in self.items}:
+            return "not an item of this run"
+        want = (self.rubric.n_criteria, self.option_orders.shape[-2], self.rubric.n_options)
+        if len(record) != 2:
+            return f"{len(record)} arrays where a score record has 2 (probs, label_mass)"
+        for name, a, shape in (("probs", record[0], want), ("label_mass", record[1], want[:2])):
+            if a.shape != shape or not np.issubdtype(a.dtype, np.number):
+                return f"{name} of shape {a.shape} ({a.dtype}) where this run's are {shape}"
+        why = next((w for bad, w in bad_distributions(record[0]) if bad.any()), None)
+        return f"probabilities that {why}" if why else None
+
     # ---- the plan --------------------------------------------------------------------------------------------
     def batches(self, owned: list[int], done: dict, *, keep: bool = False):
         """The :class:`Batch` es not yet done, in the plan's order: windows of the owned items, batched by length
@@ -187,7 +202,7 @@ class Run:
             return previous
         world = distributed.current(self.lm.device)
         ckpt = Checkpoint(self.out, self.fingerprint, tag=f".rank{world.rank}" if world.active else "",
-                          codec=self.codec)
+                          codec=self.codec, check=self.check_record)
         try:
             t0 = time.perf_counter()
             done = self.records(ckpt, world)
@@ -306,6 +321,28 @@ class ProbeRun(Run):
                          "token_budget": self.engine.token_budget, "prefix_mode": self.engine.prefix_mode}
         self.fingerprint = run_fingerprint(lm, rubric, self.items, self.option_orders, self.template,
                                            self.settings)
+
+    def check_record(self, item_id: str, record) -> str | None:
+        """Why a probe checkpoint record read back does not fit this run (None: it does): an item the run does
+        not have, other arrays than the probes make, or arrays whose leading dimensions are not the run's."""
+        if item_id not in {it.id for it in self.items}:
+            return "not an item of this run"
+        b, K, n = self.engine.backend, self.option_orders.shape[-2], self.rubric.n_options
+        want = {"probs": (K, n)}
+        if "lens" in self.probes:
+            want["lens_logprobs"] = (K, b.n_layers, n)
+        if "attention" in self.probes:
+            want["attention"] = (K, b.n_layers, b.n_heads)
+        if "linear" in self.probes:
+            want["hidden"] = (K, len(self.layers), 1 + n)
+        if "patch" in self.probes:
+            want.update(clean=(K, n), patched=(len(self.pairs), len(self.sites.layer), n))
+        if set(record) != set(want):
+            return f"arrays {sorted(record)} where this run's are {sorted(want)}"
+        for name, shape in want.items():
+            if record[name].shape[:len(shape)] != shape:
+                return f"{name} of shape {record[name].shape} where this run's starts {shape}"
+        return None
 
     def batches(self, owned: list[int], done: dict, *, keep: bool = False):
         """One :class:`Batch` per item not yet done (the prompts are made in the step: nothing to keep); the

@@ -76,7 +76,7 @@ class DataSpec:
                          example='2 or ["0", "1"]', cli=False)
     per_group: int | None = opt(None, "keep the first N items of each chosen group", kind="int", minimum=1,
                                 example="5", cli=False)
-    seed: int = opt(0, "seed of the group draw", cli=False)
+    seed: int = opt(0, "seed of the group draw", minimum=0, cli=False)
     criteria: list | None = opt(None, "comma-separated subset of the rubric's criteria", kind="strs",
                                 example='["Coherence", "Empathy"]')
     options: dict = opt({}, "data set loader options", example='{ models = ["gpt-4"] }', cli=False)
@@ -100,14 +100,14 @@ class OrderingSpec:
                        "confounds content and position) | fixed:K", flag="--orderings")
     criteria: str = opt("balanced", "criteria orders (multi-criteria; crossed with every option order; shared by "
                         "every item): balanced | all | shared-random:K | fixed:K", flag="--criterion-orderings")
-    seed: int = opt(0, "seed of random orders (criteria orders use seed + 1)", flag="--seed")
+    seed: int = opt(0, "seed of random orders (criteria orders use seed + 1)", minimum=0, flag="--seed")
 
 
 @dataclass(frozen=True)
 class AnalysisSpec:
     n_boot: int = opt(1000, "bootstrap resamples for confidence intervals", minimum=0)
     method: str = opt("pearson", "correlation with human scores", choices=("pearson", "spearman", "kendall"))
-    seed: int = opt(0, "seed of the bootstrap and of sampled readings", flag="--seed")
+    seed: int = opt(0, "seed of the bootstrap and of sampled readings", minimum=0, flag="--seed")
     n_draws: int = opt(100, "Monte-Carlo draws (RANDOM budget points, best-of-N) at least; RANDOM figures stop "
                        "at a standard error of 0.005", minimum=2)
     reading: str = opt("expected", "how a prompt's exact label distribution becomes a score: greedy (the most "

@@ -16,6 +16,15 @@ class TableError(LogitJudgeError, ValueError):
     pass
 
 
+def bad_distributions(probs) -> list[tuple[np.ndarray, str]]:
+    """(mask over every axis but the last, why) for distributions over the last axis that are not finite, have a
+    negative entry or do not sum to 1 within 1e-6: what a table, and a checkpoint record, may not hold."""
+    p = np.asarray(probs, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return [(~np.isfinite(p).all(axis=-1), "are not all finite"), ((p < 0).any(axis=-1), "are negative"),
+                (np.abs(p.sum(axis=-1) - 1) > 1e-6, "do not sum to 1 (within 1e-6)")]
+
+
 @dataclass
 class ScoreTable:
     """``probs[item, criterion, ordering, option]`` in canonical option order (renormalised over the labels).
@@ -162,9 +171,38 @@ class ScoreTable:
         except Exception as e:  # noqa: BLE001 - a damaged archive fails in zipfile, zlib, numpy or json
             raise TableError(f"{p} is a damaged .npz score table ({type(e).__name__}: {str(e)[:120]}); "
                              f"{fix}") from None
-        return cls(arrays["probs"], arrays["label_mass"], arrays["option_orders"], arrays["criterion_orders"],
-                   arrays["values"], arrays["item_ids"], [str(x) for x in arrays["criteria"]],
-                   arrays.get("item_groups"), meta)
+        table = cls(arrays["probs"], arrays["label_mass"], arrays["option_orders"], arrays["criterion_orders"],
+                    arrays["values"], arrays["item_ids"], [str(x) for x in arrays["criteria"]],
+                    arrays.get("item_groups"), meta)
+        table.check_values(str(p))
+        return table
+
+    def check_values(self, where: str = "score table") -> None:
+        """Refuse (:class:`TableError`, one line naming the first bad item, criterion and ordering) a table whose
+        probabilities are not finite, negative or do not sum to 1 within 1e-6 over the options, whose label mass
+        is not in [0, 1], or whose option values are not finite: every estimate would otherwise be computed on
+        them and the problem show only as a NaN verdict or a skipped section."""
+        fix = ("a table written by logitjudge holds exact distributions; it is damaged or was written by something "
+               "else: score again")
+        p, m = self.probs, self.label_mass
+        for bad, why in bad_distributions(p):
+            if bad.any():
+                i, c, k = np.argwhere(bad)[0]
+                more = int(bad.sum()) - 1
+                raise TableError(f"{where}: the probabilities of item {str(self.item_ids[i])!r}, criterion "
+                                 f"{self.criteria[c]!r}, ordering {k} {why} ({np.array2string(p[i, c, k], precision=4)}"
+                                 f", sum {p[i, c, k].sum():.6g}){f', and {more} more' if more else ''}; {fix}")
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.isfinite(m) & (m >= 0) & (m <= 1 + 1e-6))
+        if bad.any():
+            i, c, k = np.argwhere(bad)[0]
+            raise TableError(f"{where}: the label mass of item {str(self.item_ids[i])!r}, criterion "
+                             f"{self.criteria[c]!r}, ordering {k} is {m[i, c, k]!r}, not a probability in [0, 1]; "
+                             f"{fix}")
+        if not np.isfinite(self.values).all():
+            c = int(np.argwhere(~np.isfinite(self.values))[0][0])
+            raise TableError(f"{where}: the option values of criterion {self.criteria[c]!r} are not all finite "
+                             f"({self.values[c].tolist()}); {fix}")
 
     def option_labels(self) -> np.ndarray:
         """[criteria, options] the label text of each option, from the rubric the table recorded in ``meta``

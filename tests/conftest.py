@@ -18,6 +18,17 @@ CORPUS = [
     "Context: Text: Summary: Question: Answer: the article says that the economy grew by three percent.",
 ]
 
+SUMMARY = pytest.StashKey[list]()  # lines a test module reports after the run (test_faults: where kills landed)
+
+
+def pytest_configure(config):
+    config.stash[SUMMARY] = []
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    for line in config.stash.get(SUMMARY, []):
+        terminalreporter.write_line(line)
+
 
 def tiny_tokenizer():
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers

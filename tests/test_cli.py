@@ -99,19 +99,6 @@ def test_clear_errors(tmp_path, model_dir, capsys):
     assert rc == 2 and "--threads: must be at least 1" in capsys.readouterr().err
 
 
-CHILD = r"""
-import sys, time
-from logitjudge import engine
-orig = engine.Engine.prompt_logprobs
-def slow(self, groups):
-    time.sleep(0.4)  # slow the run down so that the parent can kill it half-way
-    return orig(self, groups)
-engine.Engine.prompt_logprobs = slow
-from logitjudge.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
 def saved_items(partial: Path) -> int:
     """Items in the checkpoint's complete records (a record being written is not counted)."""
     from logitjudge.checkpoint import scan
@@ -166,14 +153,15 @@ def test_resume_after_kill_is_bitwise_identical(tmp_path, long_run):
     args, ref, _ = long_run
     out = tmp_path / "killed.npz"
     partial = Path(str(out) + ".partial.jsonl")
-    child = subprocess.Popen([sys.executable, "-c", CHILD, *args, "--out", str(out)],
-                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.time() + 120
-    while time.time() < deadline and saved_items(partial) == 0:
-        time.sleep(0.05)
+    # the child pauses after its first durable record and says so: the kill lands there on any machine
+    child = subprocess.Popen([sys.executable, "-m", "logitjudge", *args, "--out", str(out)], stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "LOGITJUDGE_FAULTS": "pause@record:1"})
+    for line in child.stderr:
+        if line.startswith("logitjudge-fault: paused"):
+            break
     child.send_signal(signal.SIGKILL)
-    child.wait()
-    assert not out.exists(), "the child finished before it was killed; the test proves nothing"
+    child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL and not out.exists()
     done = saved_items(partial)
     assert 0 < done < 24
     assert main(args + ["--out", str(out)]) == 0
@@ -249,6 +237,7 @@ def test_each_torchrun_rank_loads_the_judge_on_its_own_gpu(tmp_path, model_dir, 
     import torch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device cuda is checked before the load
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     seen = {}

@@ -306,6 +306,7 @@ def test_prepare_reads_data_sets():
 def test_probe_section_probes_the_scored_items(root):
     """[probe] runs the chosen probes on the first `limit` scored items and writes the probe page beside the
     report; the lens's last layer equals the scored probabilities (the same prompts, the same model)."""
+    from logitjudge.outputs import Output, check_outputs, report_folder
     from logitjudge.probe.table import ProbeTable
 
     out = root / "probed"
@@ -320,6 +321,9 @@ def test_probe_section_probes_the_scored_items(root):
     assert list(probed.item_ids) == list(table.item_ids[:2])
     np.testing.assert_allclose(probed.probs, table.probs[:2, 0], atol=1e-5)
     np.testing.assert_allclose(probed.lens_probs[:, :, -1], table.probs[:2, 0], atol=1e-5)  # [I, K, n]
+    # every file of the folder is recognised as the one a run writes there: the same run again is not refused
+    check_outputs([Output(out, "--out", files=report_folder(probe=True))], [])
+    assert {p.name for p in (out / "probe").iterdir()} >= {"probe.md", "probe.html", "probe.json"}
 
 
 @pytest.mark.parametrize("probe, words", [

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -29,17 +28,29 @@ from logitjudge.scoring import score
 from logitjudge.table import ScoreTable, TableError
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import fresh_tiny_lm  # noqa: E402
+from conftest import SUMMARY, fresh_tiny_lm  # noqa: E402
 from test_cli import write_texts  # noqa: E402
 
-N_ITEMS = 10
-BUDGET = "600"  # two items of ~260 tokens per batch: 5 checkpoint records
+N_ITEMS = 16
+BUDGET = "600"  # two items of ~260 tokens per batch: 8 checkpoint records
 SCORE = ["score", "--orderings", "random:2", "--token-budget", BUDGET, "--threads", "1", "--quiet"]
+KILLS: Counter = Counter()  # where the SIGKILLs of the chains landed, for the summary line
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kill_summary(request):
+    """After the chains: one line at the end of the test output saying where the kills landed."""
+    yield
+    if KILLS["total"]:
+        where = ", ".join(f"{k} {v}" for k, v in sorted(KILLS.items()) if k not in ("total", "after a record"))
+        line = (f"kill test: {KILLS['total']} SIGKILLs, {KILLS['after a record']} after at least one checkpoint "
+                f"record was durable ({where})")
+        request.config.stash[SUMMARY].append(line)  # printed after the run by conftest's terminal summary
 
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
-    """The tiny model in a folder, 10 texts, and the table of one uninterrupted `logitjudge score` process."""
+    """The tiny model in a folder, N_ITEMS texts, and the table of one uninterrupted `logitjudge score` process."""
     root = tmp_path_factory.mktemp("faults")
     lm = fresh_tiny_lm()
     lm.model.save_pretrained(root / "tiny")
@@ -76,41 +87,80 @@ def _saved(partial: Path) -> list[str]:
         return []
 
 
+def _records(partial: Path) -> int:
+    """Complete, good records in a checkpoint file (a torn tail is not one)."""
+    try:
+        return len(scan(partial)[1]) if partial.exists() else 0
+    except CheckpointError:
+        return 0
+
+
 def _same(a: ScoreTable, b: ScoreTable) -> None:
     assert list(a.item_ids) == list(b.item_ids)
     assert np.array_equal(a.probs, b.probs) and np.array_equal(a.label_mass, b.label_mass)
 
 
-# ---- SIGKILL at random points, then resume ---------------------------------------------------------------------
-@pytest.mark.parametrize("seed", range(4))
-def test_sigkill_and_resume_is_bitwise_identical(work, tmp_path, seed):
-    """5 SIGKILLs per chain (4 chains: the issue's 20), each followed by a resume that is itself killed, until the
-    last resume finishes: kill points are a random forward batch, or a random byte of a checkpoint record (0:
-    before its first byte, 1: after its fsync). No saved item is lost or scored again; the table equals an
-    uninterrupted run's bit for bit."""
+# ---- SIGKILL at chosen points, then resume ---------------------------------------------------------------------
+# Where each chain's 5 kills land, in order (8 records make a run): "between:k" after the k-th record of the process
+# is synced (k = 1..3); "last" after the run's last record, before the table is saved; "inside:k" part way through
+# the k-th record of the process ("inside:k@0": before its first byte); "batch:k" as the k-th forward batch of the
+# process starts. Fixed, not drawn, so that every kind lands in every run of the suite; only the byte at which a
+# record is cut is drawn. Every kill but chain 1's first lands after at least one durable record.
+CHAINS = [
+    ["between:1", "inside:1", "between:2", "batch:1", "last"],
+    ["inside:1@0", "between:3", "batch:2", "inside:2", "between:1"],
+    ["between:2", "inside:2", "between:1", "inside:1@0", "last"],
+    ["inside:2", "batch:1", "between:3", "inside:1", "between:2"],
+]
+
+
+def _kill(rng, point: str, remaining: int) -> tuple[str, str, float | None, int | None]:
+    """(LOGITJUDGE_FAULTS spec, tally key, fraction of the record written or None, records the process adds before
+    it dies or None where that depends on the batch plan) of one kill point of :data:`CHAINS`."""
+    kind, _, arg = point.partition(":")
+    if kind == "last":
+        return f"kill@record:{remaining}:1", "between records, after the last (before the table's save)", 1.0, \
+            remaining
+    k, _, at = arg.partition("@")
+    k = int(k)
+    if kind == "between":
+        return f"kill@record:{k}:1", f"between records, after the {k}. of the process", 1.0, k
+    if kind == "batch":
+        return f"kill@batch:{k}", "in a forward batch", None, None
+    frac = float(at) if at else float(rng.uniform(0.02, 0.99))
+    return f"kill@record:{k}:{frac}", "inside a record write" + (" (before its first byte)" if not frac else ""), \
+        frac, k - 1
+
+
+@pytest.mark.parametrize("chain", range(len(CHAINS)))
+def test_sigkill_and_resume_is_bitwise_identical(work, tmp_path, chain):
+    """5 SIGKILLs per chain (4 chains: 20) at the points of :data:`CHAINS`, each followed by a resume that is
+    itself killed, until the last resume finishes. No saved item is lost or scored again; each kill leaves the
+    records it should; the table equals an uninterrupted run's bit for bit; how many kills landed after a durable
+    record is counted and printed in the summary line."""
     root, ref = work
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(chain)
     out, trace = tmp_path / "t.npz", tmp_path / "trace.txt"
     partial = Path(f"{out}.partial.jsonl")
+    total = -(-N_ITEMS // 2)
     torn_expected = False
-    for _ in range(5):
-        before = set(_saved(partial))
-        if rng.random() < 0.3:
-            spec = f"kill@batch:{rng.integers(1, 3)}"
-            frac = None
-        else:  # the first record this process writes: at most one record saved per kill, so 5 kills all land
-            frac = float(rng.choice([0.0, 1.0])) if rng.random() < 0.3 else float(rng.uniform(0.02, 0.99))
-            spec = f"kill@record:1:{frac}"
+    for point in CHAINS[chain]:
+        before, held = set(_saved(partial)), _records(partial)
+        spec, key, frac, adds = _kill(rng, point, total - held)
+        assert adds is None or adds < total - held or point == "last", (point, held)  # the kill must land
         res = _cli(root, out, spec, trace)
         assert res.returncode == -signal.SIGKILL, (spec, res.stderr[-1500:])
         if torn_expected:  # the previous kill cut a record: this run reported and truncated it
             assert re.search(r"the last record was cut off by an interruption \(2 items\); truncated",
                              res.stderr), res.stderr[-1500:]
         assert not out.exists()
-        after = _saved(partial)
-        assert len(after) == len(set(after)) and before <= set(after)  # nothing lost, nothing saved twice
+        saved = _saved(partial)
+        assert len(saved) == len(set(saved)) and before <= set(saved)  # nothing lost, nothing saved twice
+        if adds is not None:
+            assert _records(partial) == held + adds, (spec, held, _records(partial))
         torn_expected = frac is not None and 0 < frac < 1
-        assert len(after) == len(before) + (2 if frac == 1.0 else 0)
+        landed = _records(partial) > 0  # the kill came after at least one durable record
+        KILLS.update({"total": 1, key: 1, "after a record": int(landed)})
     res = _cli(root, out, "", trace)
     assert res.returncode == 0, res.stderr[-2000:]
     assert not partial.exists() and not Path(f"{out}.lock").exists()
@@ -119,22 +169,28 @@ def test_sigkill_and_resume_is_bitwise_identical(work, tmp_path, seed):
     assert set(writes) == set(ref.item_ids) and max(writes.values()) == 1  # every item saved exactly once
 
 
+def _paused(child) -> None:
+    """Read the child's stderr until the fault hook says it is paused after a durable record (no sleeps: the
+    signal that follows lands there however loaded the machine is)."""
+    for line in child.stderr:
+        if line.startswith("logitjudge-fault: paused"):
+            return
+    raise AssertionError(f"the child ended (rc {child.wait()}) without pausing")
+
+
 def test_sigterm_takes_the_interrupt_path(work, tmp_path):
-    """SIGTERM half-way: exit 130 with the Ctrl-C message, finished batches kept, lock released; the resume is
-    equal to the uninterrupted table."""
+    """SIGTERM after the 2nd record: exit 130 with the Ctrl-C message counting the 4 items of both records, which
+    are kept, lock released; the resume is equal to the uninterrupted table."""
     root, ref = work
     out = tmp_path / "t.npz"
     partial = Path(f"{out}.partial.jsonl")
-    child = _cli(root, out, "", popen=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and len(_saved(partial)) < 2 and child.poll() is None:
-        time.sleep(0.01)
+    child = _cli(root, out, "pause@record:2", popen=True)
+    _paused(child)
     child.send_signal(signal.SIGTERM)
-    _, err = child.communicate(timeout=60)
-    if child.returncode == 0:
-        pytest.skip("the run finished before SIGTERM arrived (machine very fast); nothing to test")
-    assert child.returncode == 130 and "interrupted: finished batches are saved" in err
-    assert 2 <= len(_saved(partial)) < N_ITEMS and not Path(f"{out}.lock").exists()
+    _, err = child.communicate(timeout=120)
+    want = f"interrupted: 4 of {N_ITEMS} items saved in {partial}; run the same command to continue"
+    assert child.returncode == 130 and want in err, err[-1500:]
+    assert _records(partial) == 2 and not Path(f"{out}.lock").exists() and not out.exists()
     assert _cli(root, out).returncode == 0
     _same(ScoreTable.load(out), ref)
 

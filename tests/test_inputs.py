@@ -142,7 +142,7 @@ def test_empty_text_and_bad_texts_file(tmp_path, tiny_lm):
 
 def test_template_file(tmp_path):
     p = tmp_path / "mine.toml"
-    p.write_text('body = "{instructions} {text}"\n', encoding="utf-8")
+    p.write_text('base = "text-first"\nbody = "{instructions} {text}"\n', encoding="utf-8")
     with pytest.raises(PromptError, match=r"\{rubric\}"):
         Template.load(p)
     p.write_text('body = "{text}\\n{rubric}"\nanswr = 1\n', encoding="utf-8")

@@ -1,0 +1,89 @@
+"""The checks that need the judge's tokenizer and config but not its weights (seconds, not the minutes of a
+model load): run after :func:`logitjudge.experiment.prepare` and before :func:`~logitjudge.experiment.load_judge`,
+so that a label the tokenizer cannot produce, a text past the model's context or a probe layer the model does not
+have is refused before the load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .spec import Spec, SpecError
+
+if TYPE_CHECKING:
+    from .experiment import Experiment
+
+
+def model_source(spec: Spec) -> str:
+    model_id = spec.model.id
+    if spec.base is not None and not Path(model_id).is_absolute() and (Path(spec.base) / model_id).is_dir():
+        return str(Path(spec.base) / model_id)
+    return model_id
+
+
+def preflight(exp: Experiment) -> None:
+    """The checks that need the judge's tokenizer and config but not its weights, run before the model loads:
+    the labels (token prefixes of each other, labels the tokenizer cannot produce), every item's prompts against
+    the model's context, and the probe's layers against the model's layer count."""
+    from .models import config_layers, context_length, load_config, load_tokenizer
+    from .requests import encode, first_requests, orders_of, slot_request
+
+    source = model_source(exp.spec)
+    tokenizer = load_tokenizer(source)
+    config = load_config(source)
+    probe = _TokenizerOnly(tokenizer)
+    item, orders = exp.items[0], orders_of(np.asarray(exp.option_orders), 0)
+    if exp.criterion_orders is None:
+        requests = first_requests(exp.rubric, item, orders[:1])  # one per criterion
+    else:  # every slot of the first ordering, the earlier slots holding their first label
+        co = exp.criterion_orders[0]
+        answers = [exp.rubric.criteria[c].options[0].label for c in co]
+        requests = [slot_request(item, orders[0], co, answers[:j]) for j in range(len(co))]
+    for req in requests:
+        encode(probe, exp.template, exp.rubric, req)
+    _check_context(exp, tokenizer, context_length(config, tokenizer))
+    layers, n = exp.spec.probe.layers, config_layers(config)
+    if exp.spec.probe.probes and layers and n is not None and any(not 0 <= x < n for x in layers):
+        bad = [x for x in layers if not 0 <= x < n]
+        raise SpecError(f"{exp.spec.where('probe', 'layers')}: layer {bad[0]} is outside 0..{n - 1} (the model "
+                        f"has {n} layers, read from its config); choose layers in that range")
+
+
+def _check_context(exp: Experiment, tokenizer, max_length: int, chunk: int = 256) -> None:
+    """Every item's first prompt of each criterion (the last slot, multi-criteria) with its longest label,
+    tokenized as the run tokenizes it, against the model's context: a text past it is refused before any item
+    is scored (the run's own check still holds every prompt to it exactly)."""
+    from .requests import Request, orders_of, render
+
+    rubric, template = exp.rubric, exp.template
+    orders = np.asarray(exp.option_orders)
+    asks = []  # (item, criterion name, request)
+    for i, it in enumerate(exp.items):
+        order = tuple(map(int, orders_of(orders, i)[0]))
+        if exp.criterion_orders is None:
+            asks += [(it, c, Request(it, order, (c,))) for c in range(rubric.n_criteria)]
+        else:
+            co = tuple(map(int, exp.criterion_orders[0]))
+            answers = tuple(rubric.criteria[c].options[0].label for c in co[:-1])
+            asks.append((it, co[-1], Request(it, order, co, answers, True)))
+    for start in range(0, len(asks), chunk):
+        part = asks[start:start + chunk]
+        texts = []
+        for _, c, req in part:
+            longest = max(rubric.criteria[c].labels, key=len)
+            texts.append(render(template, tokenizer, rubric, req) + template.continuation(longest))
+        ids = tokenizer(texts, add_special_tokens=not template.chat)["input_ids"]
+        for (it, c, _), tokens in zip(part, ids):
+            if len(tokens) > max_length:
+                raise SpecError(f"item {it.id!r}, criterion {rubric.criteria[c].name!r}: the prompt is "
+                                f"{len(tokens):,} tokens long but the model's context is {max_length:,} tokens "
+                                "(from its config); shorten the text or use a model with a longer context")
+
+
+@dataclass(frozen=True)
+class _TokenizerOnly:
+    tokenizer: object
+    max_length: int | None = None
