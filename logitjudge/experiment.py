@@ -30,6 +30,9 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     multi_criteria = false
     slots = "greedy"                   # greedy | marginal (multi-criteria only)
     max_continuations = 20000
+    paradigm = "pointwise"             # pointwise | pairwise | listwise (the items of a group compared in one
+                                       # prompt; template default: "pairwise" / "listwise")
+    # pairs = 10                       # pairwise: K random pairs per group (default: every pair)
     [orderings]
     options = "balanced"               # balanced | all | random:K | balanced+random:R | shared-random:K | fixed:K
     criteria = "balanced"              # criterion orders (multi-criteria only; every option order is
@@ -109,6 +112,7 @@ class Experiment:
     human: dict | None
     systems: dict | None
     data_info: dict
+    rows: list | None = None  # pairwise / listwise: the candidate rows (logitjudge.candidates); None: pointwise
 
 
 def _load_items(spec: Spec, data_dir) -> tuple[list[Item], Rubric, dict]:
@@ -182,6 +186,27 @@ def _orders(spec: Spec, rubric: Rubric, n_items: int) -> tuple[np.ndarray, np.nd
     return cross(option_orders, criterion_orders)
 
 
+def _candidate_plan(spec: Spec, items: list[Item], template) -> tuple[list, np.ndarray]:
+    """The rows and candidate orders of a pairwise or listwise spec (:func:`logitjudge.candidates.plan`)."""
+    from .candidates import CandidateError, plan
+
+    pr, od = spec.prompts, spec.orderings
+    if pr.multi_criteria:
+        raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: several criteria in one prompt are rubric "
+                        f"(pointwise) prompts; {pr.paradigm} prompts ask one criterion each")
+    if template.paradigm != pr.paradigm:
+        raise SpecError(f"{spec.where('prompts', 'template')}: template {template.name!r} lays out "
+                        f"{template.paradigm} prompts, not {pr.paradigm} ones; use the built-in {pr.paradigm!r} "
+                        f"(or pairwise-tie) or a template file with paradigm = \"{pr.paradigm}\"")
+    key = "pairs" if pr.pairs is not None and pr.paradigm != "pairwise" else "paradigm"
+    try:
+        return plan(items, pr.paradigm, pairs=pr.pairs, orderings=od.options, seed=od.seed,
+                    tie_label=template.tie_label)
+    except CandidateError as e:
+        where = spec.where("orderings", "options") if "orderings" in str(e) else spec.where("prompts", key)
+        raise SpecError(f"{where}: {e}") from None
+
+
 def _check_writable(path: Path, where: str) -> None:
     """``path`` (a file or folder to be written) can be created: its nearest existing folder is writable."""
     if path.is_dir() and path.suffix == ".npz":
@@ -211,11 +236,21 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
         raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: the rubric has a single criterion "
                         f"({rubric.criteria[0].name!r}); set multi_criteria = false or choose 2+ criteria")
     try:
-        name = pr.template or default_template(pr.multi_criteria)
+        name = pr.template or default_template(pr.multi_criteria, pr.paradigm)
         template = load_template(relative(name, spec.base) if name.endswith(".toml") else name)
     except PromptError as e:
         raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
-    option_orders, criterion_orders = _orders(spec, rubric, len(items))
+    rows = None
+    if pr.paradigm != "pointwise":  # the candidates of a group are the options: rows and their orders
+        (rows, option_orders), criterion_orders = _candidate_plan(spec, items, template), None
+    elif pr.pairs is not None:
+        raise SpecError(f"{spec.where('prompts', 'pairs')}: pairs applies to --paradigm pairwise only")
+    elif template.paradigm != "pointwise":
+        raise SpecError(f"{spec.where('prompts', 'template')}: template {template.name!r} lays out "
+                        f"{template.paradigm} prompts; set paradigm = \"{template.paradigm}\" (--paradigm "
+                        f"{template.paradigm}) or use a rubric template")
+    else:
+        option_orders, criterion_orders = _orders(spec, rubric, len(items))
     if pr.multi_criteria:
         check_slots(pr.slots, rubric.n_options, rubric.n_criteria, pr.max_continuations)
     human = {it.id: dict(it.human) for it in items if it.human} or None
@@ -231,7 +266,7 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
     probe_path = out_path if spec.from_flags else out_path / "probe.npz"
     _check_writable(table_path, spec.where("", "out"))
     exp = Experiment(spec, out_path, table_path, probe_path, items, rubric, template, option_orders,
-                     criterion_orders, human, systems, info)
+                     criterion_orders, human, systems, info, rows)
     probe_settings(exp)  # the [probe] section too is checked before any model loads
     return exp
 
@@ -250,6 +285,11 @@ def check_labels(exp: Experiment) -> None:
     from .requests import encode, first_requests, orders_of, slot_request
 
     probe = _TokenizerOnly(load_tokenizer(_model_source(exp.spec)))
+    if exp.rows is not None:  # pairwise / listwise: the first row's prompts, one per criterion
+        from .requests import row_prompts
+
+        row_prompts(probe, exp.rubric, exp.rows[0], orders_of(np.asarray(exp.option_orders), 0)[:1], exp.template)
+        return
     item, orders = exp.items[0], orders_of(np.asarray(exp.option_orders), 0)
     if exp.criterion_orders is None:
         requests = first_requests(exp.rubric, item, orders[:1])  # one per criterion
@@ -296,6 +336,11 @@ def judge_engine(exp: Experiment, lm):
 
     od, pr, m = exp.spec.orderings, exp.spec.prompts, exp.spec.model
     engine = Engine(lm, token_budget=m.token_budget, prefix_mode=m.prefix_mode)
+    if exp.rows is not None:
+        from .paradigm_run import audit_rows
+
+        audit_rows(engine, lm, exp.rows, exp.rubric, exp.option_orders, exp.template, m.verify, rng=od.seed)
+        return engine
     audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None if pr.multi_criteria else exp.template,
               m.verify, rng=od.seed)
     return engine
@@ -312,6 +357,8 @@ def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True)
     meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,
             "criterion_orderings": od.criteria if pr.multi_criteria else None}
     engine = engine or judge_engine(exp, lm)
+    if exp.rows is not None:
+        return _score_rows(exp, lm, engine, meta, progress)
     run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
               template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,
               max_continuations=pr.max_continuations, progress=progress, meta=meta)
@@ -321,12 +368,28 @@ def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True)
     return run.execute()
 
 
+def _score_rows(exp: Experiment, lm, engine, meta: dict, progress: bool) -> ScoreTable:
+    """A pairwise or listwise experiment's candidate table (:class:`logitjudge.paradigm_run.CandidateRun`)."""
+    from .paradigm_run import CandidateRun
+    from .requests import dump_candidate_prompts
+
+    pr = exp.spec.prompts
+    meta = dict(meta, pairs=pr.pairs)
+    run = CandidateRun(lm, exp.rows, exp.rubric, exp.option_orders, paradigm=pr.paradigm, template=exp.template,
+                       engine=engine, out=exp.table_path, progress=progress, meta=meta)
+    if exp.spec.dump_prompts:
+        dump_candidate_prompts(lm, exp.rows, exp.rubric, exp.option_orders, run.template, exp.spec.dump_prompts,
+                               paradigm=pr.paradigm)
+    return run.execute()
+
+
 def analyze_experiment(exp: Experiment, table: ScoreTable) -> dict:
     """The analysis of the table: human scores and systems from the data, groups from the items."""
     from .analysis import analyze
 
     a = exp.spec.analysis
-    return analyze(table, human=exp.human, systems=exp.systems, rng=a.seed, n_boot=a.n_boot, method=a.method,
+    systems = exp.systems if exp.rows is None else None  # a candidate table ranks within groups
+    return analyze(table, human=exp.human, systems=systems, rng=a.seed, n_boot=a.n_boot, method=a.method,
                    n_draws=a.n_draws, reading=a.reading)
 
 
@@ -350,6 +413,12 @@ def write_experiment_report(exp: Experiment, table: ScoreTable, results: dict) -
         spec_file["data"] = dict(spec_file["data"], texts=str(Path(exp.data_info["path"]).resolve()))
     (exp.out / "spec.toml").write_text(tomli_w.dumps(spec_file), encoding="utf-8")
     write_report(exp.out, results, spec=spec, table_meta=table.meta, data_info=exp.data_info, title=exp.spec.name)
+    if exp.rows is not None:  # one row per candidate and criterion: its paradigm score
+        from .sections.paradigms import candidate_scores
+
+        write_item_scores(candidate_scores(table, reading=exp.spec.analysis.reading, human=exp.human),
+                          exp.out / "scores.csv")
+        return exp.out
     write_item_scores(item_scores(table, reading=exp.spec.analysis.reading, human=exp.human), exp.out / "scores.csv")
     return exp.out
 
@@ -414,6 +483,9 @@ def probe_settings(exp: Experiment) -> dict | None:
                         f"criteria {names}")
     if exp.criterion_orders is not None:
         raise SpecError("spec [probe]: probing reads one criterion per prompt; run it without multi_criteria")
+    if exp.rows is not None:
+        raise SpecError(f"spec [probe]: probing reads rubric prompts; run it with paradigm = \"pointwise\" (this "
+                        f"spec is {exp.spec.prompts.paradigm})")
     kinds = tuple(p.sites or KINDS)
     try:
         probes = check_probe_args(p.probes, exp.option_orders, pairs=p.pairs, kinds=kinds)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .candidates import LETTERS, PARADIGMS
 from .errors import LogitJudgeError
 from .rubric import Criterion, Rubric
 from .tomlfile import read_toml
@@ -30,6 +31,13 @@ class Template:
     ``criterion_block`` placeholders: {name} {description} {options}; ``option_line``: {label} {description}
     {position} (1-based). ``answer_prefix`` placeholders: {name}. Multi-criteria prompts use ``slot_line``
     ({name}) as the forced prefix of each answer line, joined by ``slot_separator``.
+
+    ``paradigm``: the prompts a template lays out: ``pointwise`` (a text scored on the rubric) or ``pairwise`` /
+    ``listwise`` (candidates compared, :mod:`logitjudge.candidates`): there the options are the candidates, so
+    ``{rubric}`` lists them through ``criterion_block`` ({name}, {description}: the criterion's; {options}) and
+    ``option_line`` ({label}: the letter of the slot, "A" shown first; {description}: the candidate's text),
+    ``{context_block}`` shows the group's context, and the body needs no ``{text}``. ``tie_label`` (pairwise
+    only): one more answer, never permuted and not listed as a candidate ("" = none).
     """
 
     name: str = "text-first"
@@ -45,6 +53,8 @@ class Template:
     slot_separator: str = "\n"
     chat: bool = False  # wrap the body in the tokenizer's chat template, then the answer prefix
     needs_descriptions: bool = True
+    paradigm: str = "pointwise"  # pointwise | pairwise | listwise (logitjudge.candidates)
+    tie_label: str = ""  # pairwise templates: the answer for a tie ("" = no tie label)
 
     @classmethod
     def load(cls, path: str | Path) -> Template:
@@ -55,10 +65,25 @@ class Template:
         if unknown:
             raise PromptError(f"template file {p}: unknown keys {unknown}; known keys are {sorted(known)}")
         t = cls(**{"name": p.stem, **d})
-        for key, need in (("body", "{text}"), ("body", "{rubric}"), ("option_line", "{label}")):
+        needs = (("body", "{text}"), ("body", "{rubric}"), ("option_line", "{label}"))
+        if t.paradigm != "pointwise":  # candidates are the options: their text is each option's {description}
+            needs = (("body", "{rubric}"), ("option_line", "{label}"), ("option_line", "{description}"))
+        for key, need in needs:
             if need not in getattr(t, key):
                 raise PromptError(f"template file {p}: '{key}' must contain {need}")
+        t.check_paradigm(str(p))
         return t
+
+    def check_paradigm(self, where: str) -> None:
+        """The ``paradigm`` and ``tie_label`` fields (class doc)."""
+        if self.paradigm not in PARADIGMS:
+            raise PromptError(f"template {where}: paradigm {self.paradigm!r} is not one of {list(PARADIGMS)}")
+        tie = self.tie_label
+        if tie and self.paradigm != "pairwise":
+            raise PromptError(f"template {where}: tie_label applies to pairwise templates only; remove it")
+        if tie and (tie != tie.strip() or tie in LETTERS[:2]):
+            raise PromptError(f"template {where}: tie_label {tie!r} must differ from the slot letters A and B and "
+                              "have no surrounding whitespace (e.g. tie_label = \"C\")")
 
     # ---- rendering -----------------------------------------------------------------------------------------
     def render_criterion(self, criterion: Criterion, option_order) -> str:
