@@ -1,12 +1,13 @@
-"""Command line: ``logitjudge score | analyze | run | probe | compare | demo`` (also ``python -m logitjudge``).
+"""Command line: logitjudge score | analyze | run | probe | compare | demo (also python -m logitjudge).
 
-``score`` and ``probe`` build a spec from their flags and run it like ``run`` runs a TOML spec (the flags, their
-choices, defaults and help are the fields of logitjudge.spec; ``run`` takes the same --limit, --threads,
---dump-prompts and --quiet over its spec's values).
+score and probe build a spec from their flags and run it as run runs a TOML spec; the flags, their choices,
+defaults and help are the fields of logitjudge.spec. run takes the same --limit, --threads, --token-budget,
+--dump-prompts and --quiet over its spec's values. A run prints one line when it starts (items, prompts, trie
+tokens, batches) and a bar with tokens/s and an ETA (--quiet: neither).
 
 exit codes: 0 done; 2 bad usage or bad input (one line naming the problem and the fix); 130 interrupted
-(Ctrl-C or SIGTERM: finished batches are saved, run the same command again to continue); 1 internal error (one
-line; the traceback with --debug).
+(Ctrl-C or SIGTERM: the line says how many items are saved; run the same command again to continue); 1 internal
+error (one line; the traceback with --debug).
 """
 
 from __future__ import annotations
@@ -19,13 +20,32 @@ from pathlib import Path
 
 from . import __version__
 from .errors import LogitJudgeError
+from .progress import Interrupted
 from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, ProbeSpec, PromptSpec, Spec, add_flags
 
 log = logging.getLogger("logitjudge")
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; a flag's help ends in its default only where it has one (not on a required flag,
+    nor where the default is None or a switch's False)."""
+
+    def _get_help_string(self, action):
+        help = action.help or ""
+        if "%(default)" in help or "(default:" in help or action.required or not action.option_strings \
+                or any(action.default is x for x in (None, False, argparse.SUPPRESS)):  # 0 is a default
+            return help
+        return help + " (default: %(default)s)"
+
+    def _split_lines(self, text, width):
+        import textwrap
+
+        # flags stay whole: "--multi-criteria" is not broken after its hyphen
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
+
+def _quiet(parser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no start line, no progress bar: warnings only")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(s, DataSpec, dest_prefix="data.", one_of=("name", "texts"))
     add_flags(s, PromptSpec, dest_prefix="prompts.")
     add_flags(s, OrderingSpec, dest_prefix="orderings.")
-    add_flags(s, Spec, required=("out",))
-    s.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
+    add_flags(s, Spec, required=("out",), helps={
+        "out": "the score table to write (.npz); an interrupted run continues from OUT.partial.jsonl"})
+    _quiet(s)
 
     a = command("analyze", "position bias, aggregation, human alignment, rank stability")
     a.add_argument("table", help="a score table (.npz) written by score or run")
@@ -67,24 +88,28 @@ def build_parser() -> argparse.ArgumentParser:
     r = command("run", "run an experiment spec (.toml): score, analyse, report (and probe with [probe])")
     r.add_argument("spec", help="experiment spec (.toml); see experiments/")
     r.add_argument("--out", default=None, help="report folder (default: the spec's out)")
-    # the flags run shares with score and probe, set over the spec's values (default: the spec's)
-    add_flags(r, ModelSpec, only=("threads",), dest_prefix="model.", defaults=False)
+    # the flags run shares with score and probe, set over the spec's values; the spec names the data and design
+    add_flags(r, ModelSpec, only=("threads", "token_budget"), dest_prefix="model.", defaults=False)
     add_flags(r, DataSpec, only=("dir", "limit"), dest_prefix="data.", defaults=False)
     add_flags(r, Spec, only=("dump_prompts",), defaults=False)
     add_flags(r, PromptSpec, only=("paradigm", "pairs"), dest_prefix="prompts.", defaults=False)
-    r.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
+    _quiet(r)
 
     p = command("probe", "where position bias comes from inside the judge: logit lens, attention to option lines, "
                          "order-swap patching, linear probes")
     add_flags(p, ModelSpec, dest_prefix="model.")
     add_flags(p, DataSpec, dest_prefix="data.", one_of=("name", "texts"))
-    add_flags(p, PromptSpec, only=("template",), dest_prefix="prompts.")
+    add_flags(p, PromptSpec, only=("template",), dest_prefix="prompts.",
+              helps={"template": "built-in template name or .toml file; unset: text-first"})
     add_flags(p, OrderingSpec, only=("options", "seed"), dest_prefix="orderings.")
-    add_flags(p, ProbeSpec, dest_prefix="probe.")
+    add_flags(p, ProbeSpec, dest_prefix="probe.", helps={"probes": "comma-separated probes to run: lens, attention, "
+                                                             "patch, linear"})
     p.set_defaults(**{"probe.probes": "lens,attention,patch,linear"})
     add_flags(p, AnalysisSpec, only=("n_boot",), dest_prefix="analysis.")
-    add_flags(p, Spec, required=("out",))
-    p.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
+    add_flags(p, Spec, required=("out",), helps={
+        "out": "the probe table to write (.npz); an interrupted run continues from OUT.partial.jsonl",
+        "dump_prompts": "write every probed prompt and continuation to this JSONL"})
+    _quiet(p)
 
     c = command("compare", "pointwise, pairwise and listwise tables of the same items side by side: agreement with "
                            "humans, position bias of the answered slot, top-1 stability and cost")
@@ -182,7 +207,7 @@ def _export(table, path: Path) -> int:
 def cmd_run(args) -> int:
     from .experiment import run_experiment
 
-    over = {"model": {"threads": getattr(args, "model.threads")},
+    over = {"model": {"threads": getattr(args, "model.threads"), "token_budget": getattr(args, "model.token_budget")},
             "data": {"dir": getattr(args, "data.dir"), "limit": getattr(args, "data.limit")},
             "": {"dump_prompts": args.dump_prompts},
             "prompts": {"paradigm": getattr(args, "prompts.paradigm"), "pairs": getattr(args, "prompts.pairs")}}
@@ -253,8 +278,12 @@ def main(argv=None) -> int:
     previous = signal.signal(signal.SIGTERM, _sigterm) if _main_thread() else None
     try:
         return COMMANDS[args.cmd](args)
-    except KeyboardInterrupt:
-        print("\ninterrupted: finished batches are saved; run the same command again to continue", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        if isinstance(e, Interrupted):  # a run counted what its checkpoint holds
+            print(f"interrupted: {e}", file=sys.stderr)
+        else:
+            print("\ninterrupted while no batch was being scored: the items saved before are kept; run the same "
+                  "command to continue", file=sys.stderr)
         return 130
     except (LogitJudgeError, OSError) as e:
         # the errors logitjudge raises itself say what is wrong and how to fix it

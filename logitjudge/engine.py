@@ -100,6 +100,8 @@ class Engine:
         self.head = self.backend.head
         self.device = self.backend.device
         self.stats = {"tokens": 0, "padded_tokens": 0, "forward_calls": 0, "reads": 0}
+        # called with the tokens of every forward call that finished (a run's progress bar); None: nobody listens
+        self.on_forward = None
 
     # ---- core ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -110,18 +112,25 @@ class Engine:
         empty = PrefixKV.empty(self.n_layers)
         entries = []  # (job index, trie node, the prefix it continues)
         for j, job in enumerate(jobs):
-            ends = None if job.keep is None else list(job.keep)
-            if not self.backend.caches:  # whole sequences, one node each: nothing shared, nothing cached
-                if job.prefix is not None or job.keep is not None:
-                    raise EngineError(f"prefix_mode={self.prefix_mode!r} cannot continue or keep prefix caches "
-                                      "(multi-criteria slots); this model has no exact cached mode for them")
-                roots = [r for s, rd in zip(job.sequences, job.reads) for r in trie_mod.build([s], [rd])]
-            else:
-                roots = trie_mod.build(job.sequences, job.reads, ends, min_shared=self.min_shared)
-            entries += [(j, n, job.prefix if job.prefix is not None else empty) for n in roots]
+            entries += [(j, n, job.prefix if job.prefix is not None else empty) for n in self._roots(job)]
         self._descend(entries, results)
         self._flush_reads(results)
         return results
+
+    def _roots(self, job: Job) -> list:
+        """The top-level trie nodes of a job, as :meth:`evaluate` runs them."""
+        if not self.backend.caches:  # whole sequences, one node each: nothing shared, nothing cached
+            if job.prefix is not None or job.keep is not None:
+                raise EngineError(f"prefix_mode={self.prefix_mode!r} cannot continue or keep prefix caches "
+                                  "(multi-criteria slots); this model has no exact cached mode for them")
+            return [r for s, rd in zip(job.sequences, job.reads) for r in trie_mod.build([s], [rd])]
+        ends = None if job.keep is None else list(job.keep)
+        return trie_mod.build(job.sequences, job.reads, ends, min_shared=self.min_shared)
+
+    def planned_tokens(self, jobs: list[Job]) -> int:
+        """The tokens :meth:`evaluate` will run for ``jobs`` (each trie node's segment once), without the model:
+        what a run's progress counts against (an out-of-memory retry runs the same tokens in smaller batches)."""
+        return sum(trie_mod.count_tokens(self._roots(job)) for job in jobs)
 
     def _flush_reads(self, results: list[JobResult]) -> None:
         """One read-out per evaluation: the unembedding matrix (V x d) is streamed from memory once."""
@@ -213,11 +222,14 @@ class Engine:
         hidden, captured = self.backend.forward(ids.to(self.device), groups,
                                                 lengths=[len(n.tokens) for _, n, _ in chunk],  # right padding
                                                 read=select, capture=need_cache)  # (R, d)
+        tokens = sum(len(n.tokens) for _, n, _ in chunk)
         self.stats["forward_calls"] += 1
-        self.stats["tokens"] += sum(len(n.tokens) for _, n, _ in chunk)
+        self.stats["tokens"] += tokens
         self.stats["padded_tokens"] += B * S
         if rows:
             self._pending.append((hidden, reads))
+        if self.on_forward is not None:
+            self.on_forward(tokens)
         children = []
         for r, (j, n, pre) in enumerate(chunk):
             if n.ends or n.children:

@@ -172,10 +172,13 @@ SPECS = "balanced, all, random:K, balanced+random:R, shared-random:K or fixed:K"
 def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None) -> np.ndarray:
     """Ordering set of a spec (see the module doc): (K, n) for designs shared by every item (``balanced``,
     ``all``, ``shared-random:K``, ``fixed:K``), (n_items, K, n) for per-item designs (``random:K``,
-    ``balanced+random:R``), which need ``n_items``. K defaults to 2n for the random designs and 1 for fixed;
-    an explicit count must be >= 1. ``seed`` makes the random draws reproducible."""
+    ``balanced+random:R``), which need ``n_items``. The random designs need their count (K is the budget); fixed
+    defaults to 1; a count must be >= 1. ``seed`` makes the random draws reproducible."""
     s = spec.strip().lower()
     kind, _, arg = s.partition(":")
+    if not arg.strip() and kind in ("random", "shared-random", "balanced+random"):  # K is the budget: no silent 2n
+        raise OrderingError(f"ordering spec {spec!r} needs a count: {kind}:{'R' if '+' in kind else 'K'}, e.g. "
+                            f"{kind}:{2 * n} ({2 * n} = 2n, as many orders as balanced)")
     try:
         k = int(arg) if arg else None
     except ValueError:
@@ -193,13 +196,13 @@ def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None
     if kind == "fixed":
         return fixed(n, k or 1)
     if kind == "shared-random":
-        return shared_random(n, k or 2 * n, rng=seed)
+        return shared_random(n, k, rng=seed)
     if kind in ("random", "balanced+random"):
         if n_items is None:
             raise OrderingError(f"'{spec}' draws orders independently for every item, so it needs the number "
                                 "of items (parse(..., n_items=...)); use shared-random:K for one set shared by "
                                 "every item")
-        r = random(n, k or 2 * n, n_items, rng=seed)
+        r = random(n, k, n_items, rng=seed)
         if kind == "random":
             return r
         return np.concatenate([np.broadcast_to(balanced(n), (int(n_items),) + balanced(n).shape), r], axis=1)

@@ -8,6 +8,11 @@ is fixed from this rank's whole item list in fixed windows, whatever is already 
 checkpointed as one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is
 equal bit for bit. Under torchrun every rank runs its share with its own checkpoint; rank 0 writes the gathered
 table.
+
+Progress (:mod:`logitjudge.progress`): before the first forward a run counts what it will do from its planned
+prompts (the batches' engine jobs, whose trie tokens the engine counts without the model), prints one line, and
+hands the engine a callback that moves the bar after every forward call. An interrupt (Ctrl-C, SIGTERM) leaves
+as :class:`~logitjudge.progress.Interrupted`, counting the items the checkpoint holds.
 """
 
 from __future__ import annotations
@@ -16,26 +21,32 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from . import distributed
-from .checkpoint import ARRAYS, SCORES, Checkpoint
-from .engine import Engine, EngineError, NonFiniteError
+from .checkpoint import ARRAYS, SCORES, Checkpoint, CheckpointError, scan
+from .engine import Engine, EngineError, Job, NonFiniteError, prompt_job
 from .errors import LogitJudgeError, ProbeError
 from .orderings import fixed, validate
 from .probe.patching import KINDS, make_sites
 from .probe.prompts import probe_prompts
 from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
 from .probe.table import ProbeTable
+from .progress import Interrupted, Plan, Progress
 from .prompts import load_template
 from .requests import default_template, item_prompts, orders_of
-from .steps import SLOT_FUNCTIONS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
+from .steps import SLOT_FUNCTIONS, SLOT_JOBS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
 from .table import ScoreTable, TableError
 
 log = logging.getLogger(__name__)
+
+# prompt tokens of encoded windows that counting the plan keeps for the run (about 40 bytes a token): a run of
+# that size encodes its prompts once; past it, the further windows are encoded again when they run
+KEEP_ENCODED = 2_000_000
 
 
 def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | None = None) -> str:
@@ -52,6 +63,18 @@ def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | No
 
 class RunError(LogitJudgeError, ValueError):
     """Items or settings a run cannot start with."""
+
+
+@dataclass
+class Batch:
+    """One step of a run's plan: the item indices ``idx``, the ``step`` that computes their records, the
+    ``prompts`` it runs and ``jobs``, the engine jobs it will evaluate (None: it does not go through the engine),
+    built only when a run counts its planned tokens."""
+
+    idx: list[int]
+    step: Callable[[list[int]], list]
+    prompts: int
+    jobs: Callable[[], list[Job]] | None = None
 
 
 class Run:
@@ -104,11 +127,14 @@ class Run:
         self.lm, self.items, self.rubric = lm, list(items), rubric
         self.engine = engine or Engine(lm)
         self.out, self.progress, self.meta = out, progress, dict(meta or {})
+        self._encoded: dict[int, list] = {}  # window start -> its items' prompts, encoded by plan(), for batches()
 
     # ---- the plan --------------------------------------------------------------------------------------------
-    def batches(self, owned: list[int], done: dict):
-        """(item indices, step) per batch not yet done, in the plan's order: windows of the owned items, batched
-        by length within each window (single-criterion) or one item per batch (multi-criteria)."""
+    def batches(self, owned: list[int], done: dict, *, keep: bool = False):
+        """The :class:`Batch` es not yet done, in the plan's order: windows of the owned items, batched by length
+        within each window (single-criterion) or one item per batch (multi-criteria). ``keep``: hold the encoded
+        windows (up to :data:`KEEP_ENCODED` tokens) for the next pass, which takes them instead of encoding."""
+        K, C = self.option_orders.shape[-2], self.rubric.n_criteria
         for w in range(0, len(owned), WINDOW):
             window = owned[w:w + WINDOW]
             if all(self.items[i].id in done for i in window):
@@ -116,14 +142,37 @@ class Run:
             if self.multi:
                 for i in window:
                     if self.items[i].id not in done:
-                        yield [i], self._slot_step
+                        yield Batch([i], self._slot_step, K * C, lambda i=i: SLOT_JOBS[self.slots](
+                            self.lm, self.template, self.rubric, self.items[i], orders_of(self.option_orders, i),
+                            self.criterion_orders))
                 continue
-            prompts = [item_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i),
-                                    self.template) for i in window]
+            prompts = self._encoded.pop(w, None) or [
+                item_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i), self.template)
+                for i in window]
+            if keep:
+                size = sum(len(p.prompt_ids) for g in prompts for p in g)
+                if self._kept + size <= KEEP_ENCODED:
+                    self._encoded[w], self._kept = prompts, self._kept + size
             for batch in plan_batches(prompts, self.engine.token_budget):
                 if any(self.items[window[b]].id not in done for b in batch):
-                    yield [window[b] for b in batch], (lambda idx, ps=[prompts[b] for b in batch]:
-                                                       score_batch(self.engine, ps, self.rubric.n_criteria))
+                    ps = [prompts[b] for b in batch]
+                    yield Batch([window[b] for b in batch],
+                                lambda idx, ps=ps: score_batch(self.engine, ps, self.rubric.n_criteria),
+                                sum(len(p) for p in ps), lambda ps=ps: [prompt_job(g) for g in ps])
+
+    def plan(self, owned: list[int], ckpt: Checkpoint) -> Plan:
+        """What the run still has to do, counted from its batches' prompts without the model (the start line
+        and the bar's total). The encoded prompts are kept for the run (up to :data:`KEEP_ENCODED` tokens)."""
+        prompts = batches = tokens = 0
+        self._encoded, self._kept = {}, 0
+        for b in self.batches(owned, ckpt.done, keep=True):
+            batches += 1
+            prompts += b.prompts
+            tokens = None if tokens is None or b.jobs is None else tokens + self.engine.planned_tokens(b.jobs())
+        estimate = ("an estimate: the slots after the first follow the judge's answers"
+                    if self.multi and self.slots == "greedy" else "")
+        return Plan(self.label, len(owned), sum(self.items[i].id in ckpt.done for i in owned), prompts, batches,
+                    tokens, estimate, None if ckpt.path is None else str(ckpt.path))
 
     def _slot_step(self, idx: list[int]) -> list[tuple]:
         fn = SLOT_FUNCTIONS[self.slots]
@@ -147,8 +196,12 @@ class Run:
                 if world.rank == 0:
                     self._save(table, ckpt)
                 world.barrier()
-        except BaseException:
+        except KeyboardInterrupt:
             ckpt.close()  # the finished batches stay for a resume; the lock is released
+            raise Interrupted(_saved_items(ckpt), len(world.shard(len(self.items))), ckpt.path,
+                              self.label) from None
+        except BaseException:
+            ckpt.close()
             raise
         ckpt.finish()
         return table
@@ -164,16 +217,22 @@ class Run:
         """Score this rank's batches not yet in ``ckpt`` (each saved as one record); every rank's records."""
         world = world or distributed.World()
         owned = world.shard(len(self.items))
-        bar = _progress(len(owned), sum(self.items[i].id in ckpt.done for i in owned),
-                        self.progress and world.rank == 0, self.label)
-        for idx, step in self.batches(owned, ckpt.done):
-            try:
-                results = step(idx)
-            except NonFiniteError as e:
-                raise EngineError(self._non_finite(e, idx)) from None
-            ckpt.add_batch({self.items[i].id: rec for i, rec in zip(idx, results)})
-            bar.update(len(idx))
-        bar.close()
+        show = self.progress and world.rank == 0
+        bar = Progress(self.plan(owned, ckpt) if show else None)
+        listening = self.engine.on_forward
+        if bar.unit == "tokens":
+            self.engine.on_forward = bar.advance  # the bar moves per forward call, not per batch
+        try:
+            for b in self.batches(owned, ckpt.done):
+                try:
+                    results = b.step(b.idx)
+                except NonFiniteError as e:
+                    raise EngineError(self._non_finite(e, b.idx)) from None
+                ckpt.add_batch({self.items[i].id: rec for i, rec in zip(b.idx, results)})
+                bar.saved(len(b.idx))
+        finally:
+            self.engine.on_forward = listening
+            bar.close()
         return world.gather(ckpt.done)
 
     def _non_finite(self, e: NonFiniteError, idx: list[int]) -> str:
@@ -248,10 +307,13 @@ class ProbeRun(Run):
         self.fingerprint = run_fingerprint(lm, rubric, self.items, self.option_orders, self.template,
                                            self.settings)
 
-    def batches(self, owned: list[int], done: dict):
+    def batches(self, owned: list[int], done: dict, *, keep: bool = False):
+        """One :class:`Batch` per item not yet done (the prompts are made in the step: nothing to keep); the
+        probes reach the backend directly, so the bar moves per item."""
+        K = self.option_orders.shape[-2]
         for i in owned:
             if self.items[i].id not in done:
-                yield [i], self._probe_step
+                yield Batch([i], self._probe_step, K)
 
     def _probe_step(self, idx: list[int]) -> list[dict]:
         i = idx[0]
@@ -294,7 +356,13 @@ def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
                              "gemm_route": engine.gemm_route}}
 
 
-def _progress(total: int, done: int, enabled: bool, label: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, disable=not enabled, unit="item", desc=label)
+def _saved_items(ckpt: Checkpoint) -> int:
+    """The items a resume will find in the checkpoint, read back from its file (an interrupt can land between a
+    record's write and the run's own count of it)."""
+    if ckpt.path is None or not ckpt.path.exists():
+        return 0 if ckpt.path is not None else len(ckpt.done)
+    try:
+        _, good, _, _ = scan(ckpt.path)
+    except (CheckpointError, OSError):
+        return len(ckpt.done)
+    return len({rec_item[0] for rec in good for rec_item in rec.get("items", [])})

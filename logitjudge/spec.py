@@ -284,18 +284,22 @@ def from_dict(raw: dict, *, base: str | None = None) -> Spec:
 
 # ---- command-line flags ------------------------------------------------------------------------------------
 def add_flags(parser, cls, *, only=None, required=(), one_of=(), dest_prefix: str = "",
-              defaults: bool = True) -> None:
+              defaults: bool = True, helps: dict | None = None) -> None:
     """The flags of a spec section (choices, defaults and help from the fields). ``only``: field names to add;
     ``one_of``: field names of which exactly one flag must be given; ``defaults=False``: every flag defaults to
-    None (flags set over a spec file's own values)."""
+    None (flags set over a spec file's own values; the help says so); ``helps``: {field name: help} where one
+    command says it its own way. The help shows a default only where there is one (cli's formatter)."""
     group = parser.add_mutually_exclusive_group(required=True) if one_of else None
     for f in fields(cls):
         m = f.metadata
         if not m.get("cli") or (only is not None and f.name not in only):
             continue
-        kw: dict = {"dest": dest_prefix + f.name, "help": m["help"]}
+        help = (helps or {}).get(f.name, m["help"])
+        if not defaults and m["kind"] != "bool":
+            help += " (default: the spec's value)"
+        kw: dict = {"dest": dest_prefix + f.name, "help": help}
         if m["kind"] != "bool" and not m["choices"]:
-            kw["metavar"] = f.name.upper()
+            kw["metavar"] = flag_of(f).lstrip("-").replace("-", "_").upper()
         if m["kind"] == "bool":
             kw["action"] = "store_true"
         else:

@@ -355,6 +355,7 @@ def test_bad_input_is_refused_before_the_model_loads(tmp_path, capsys, monkeypat
     out = ["--out", str(tmp_path / "t.npz")]
     for extra, words in [(["--template", "no-such"], "--template"), (["--orderings", "random:0"], "at least 1"),
                          (["--orderings", "fixed:0"], "at least 1"), (["--token-budget", "0"], "--token-budget"),
+                         (["--orderings", "random"], "needs a count: random:K, e.g. random:10"),
                          (["--out", str(texts / "t.npz")], "cannot write")]:
         capsys.readouterr()
         assert main(base + (extra if extra[0] == "--out" else extra + out)) == 2, extra

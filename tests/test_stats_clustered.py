@@ -1,6 +1,6 @@
-"""The position test with items as the unit (Rao-Scott second-order χ²) and the bias-corrected Cramér's V, by
-hand, against scipy, and on the planted designs of issue 23: idiosyncratic item preferences are no bias, a
-shared one is."""
+"""The position test with items as the unit (Rao-Scott second-order χ² referred to F(d, d(C-1))) and the
+bias-corrected Cramér's V, by hand, against scipy, and on the planted designs of issue 23: idiosyncratic item
+preferences are no bias, a shared one is."""
 
 import numpy as np
 import pytest
@@ -19,10 +19,13 @@ def test_rao_scott_by_hand():
     # p = (2/3, 1/3), X² = N k sum (p - 1/2)² = 12 * 2 * 2/36 = 4/3. Residuals e_i = c_i - 4 p: (4/3, -4/3) twice,
     # (-8/3, 8/3); V = 3/2 * sum e e^T / 144 has V11 = 1/9; on the contrast (1, -1)/sqrt(2): 2/9; delta = N k 2/9.
     r = rao_scott_chisquare([[4, 0], [4, 0], [0, 4]])
-    assert r.statistic == pytest.approx(4 / 3) and r.dof == 1 and r.n == 12 and r.n_items == 3
+    assert r.statistic == pytest.approx(4 / 3) and r.dof == 1 and r.n == 12 and r.n_clusters == 3
     assert r.design_effect == pytest.approx(16 / 3) and r.a_squared == pytest.approx(0)
     assert r.statistic_corrected == pytest.approx(0.25) and r.dof_corrected == pytest.approx(1)
-    assert r.pvalue == pytest.approx(sps.chi2.sf(0.25, 1))
+    # F(1, C - 1 = 2) of 0.25: the cluster-robust t-test, t = 0.5 on 2 df, P(|T| > t) = 1 - t / sqrt(t² + 2) = 2/3
+    # (the χ²(1) reference gave 0.617)
+    assert r.dof_denominator == pytest.approx(2) and r.pvalue == pytest.approx(2 / 3)
+    assert r.pvalue == pytest.approx(sps.f.sf(0.25, 1, 2))
     assert r.pvalue_per_prompt == pytest.approx(sps.chisquare([8, 4]).pvalue)
     # the effect: phi² = 1/9 lies below its no-preference expectation (k-1) d / N = 4/9: corrected V is 0
     assert cramers_v_corrected(r.statistic, 12, 2, design_effect=r.design_effect) == 0
@@ -45,7 +48,10 @@ def test_second_order_correction_by_hand():
     a2 = d.var() / d.mean() ** 2
     x2 = sps.chisquare(c.sum(axis=0)).statistic
     assert r.statistic == pytest.approx(x2) and r.a_squared == pytest.approx(a2)
-    assert r.pvalue == pytest.approx(sps.chi2.sf(x2 / (d.mean() * (1 + a2)), 2 / (1 + a2)))
+    dof = 2 / (1 + a2)  # referred to F(d, d (C - 1)) with C = 5 items: p = 0.521 (the χ²(d) reference: 0.485)
+    assert r.dof_corrected == pytest.approx(dof) and r.dof_denominator == pytest.approx(4 * dof)
+    assert r.pvalue == pytest.approx(sps.f.sf(x2 / (d.mean() * (1 + a2)) / dof, dof, 4 * dof))
+    assert r.pvalue == pytest.approx(0.5207, abs=1e-4)
     chi2, deff, nn = chi2_and_design_effect(np.ones((1, i)), c)  # the bootstrap's vectorised form
     assert chi2[0] == pytest.approx(x2) and deff[0] == pytest.approx(d.mean()) and nn[0] == n
 

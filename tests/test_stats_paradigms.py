@@ -101,6 +101,45 @@ def test_a_shared_first_position_bias_stays_significant():
     assert s.slot_test.cramers_v_ci_low > 0
 
 
+@pytest.mark.parametrize("n_boot", [0, 200])
+def test_the_rubric_position_test_and_the_pointwise_slot_test_are_one_test(n_boot):
+    rng = np.random.default_rng(11)
+    p, _, orders = pointwise_judge(rng.uniform(1, 5, 30), beta=0.5)
+    pbp = st.probs_by_position(p, orders)
+    rubric = st.position_chisquare(pbp, orders, n_boot=n_boot, rng=0)
+    items = np.repeat([f"{i:02d}" for i in range(30)], len(orders))  # sorted as the items: one bootstrap draw
+    slot = st.slot_chisquare(st.chosen_positions(pbp).reshape(-1, 5), items, n_boot=n_boot, rng=0)
+    for a, b in (("statistic", "statistic"), ("pvalue", "pvalue"), ("design_effect", "design_effect"),
+                 ("statistic_corrected", "statistic_corrected"), ("dof_corrected", "dof"),
+                 ("cramers_v", "cramers_v"), ("cramers_v_ci_low", "cramers_v_ci_low"),
+                 ("cramers_v_ci_high", "cramers_v_ci_high"), ("cramers_v_raw", "cramers_v_uncorrected"),
+                 ("pvalue_per_prompt", "pvalue_per_prompt"), ("n_items", "n_clusters")):
+        assert getattr(rubric, a) == pytest.approx(getattr(slot, b), nan_ok=True), a
+    np.testing.assert_allclose(rubric.share_ci_low, slot.share_ci_low)
+    assert rubric.label == slot.label == "first" and rubric.favoured_index == slot.favoured_index == (0,)
+    assert slot.label_reason == rubric.label_reason.replace("positions", "slots").replace("by position", "by slot")
+
+
+def test_the_slot_tests_accept_the_designs_the_rubric_test_accepts():
+    p, values, orders = pointwise_judge(np.linspace(1, 5, 4))
+    fixed = np.tile(np.arange(5), (10, 1))
+    with pytest.raises(st.DesignError, match="pointwise slot test: the orderings are FIXED"):
+        st.pointwise_summary(p, values, fixed, list("aabb"))
+    with pytest.warns(st.ConfoundedDesignWarning):
+        st.pointwise_summary(p, values, fixed, list("aabb"), allow_confounded=True, n_boot=0)
+    per_item = np.stack([np.random.default_rng(i).permuted(np.tile(np.arange(5), (2, 1)), axis=1)
+                         for i in range(4)])  # 4 items x 2 own random orders = 8 prompts < 5 per position
+    with pytest.raises(st.InsufficientDataError, match="expected count of at least 5 per position"):
+        st.position_chisquare(st.probs_by_position(p[:, :2], per_item), per_item, n_boot=0)
+    with pytest.raises(st.InsufficientDataError, match="expected count of at least 5 per position"):
+        st.pointwise_summary(p[:, :2], values, per_item, list("aabb"))
+    lp, lo, _ = listwise_judge(np.zeros(8), 2, 4, orders=np.tile(np.arange(4), (3, 1)))
+    with pytest.raises(st.DesignError, match="every prompt shows the candidates in the same order"):
+        st.listwise_slot_test(lp, lo)
+    with pytest.warns(st.ConfoundedDesignWarning):
+        st.listwise_slot_test(lp, lo, allow_confounded=True, n_boot=0)
+
+
 def test_the_rao_scott_test_holds_its_level_under_clustered_preferences():
     rng = np.random.default_rng(7)
     rejected = 0
@@ -112,16 +151,22 @@ def test_the_rao_scott_test_holds_its_level_under_clustered_preferences():
 
 
 def test_identical_clusters_have_no_variance():
-    biased = st.rao_scott_gof(np.tile([3.0, 1.0], (10, 1)))
+    biased = st.rao_scott_chisquare(np.tile([3.0, 1.0], (10, 1)))
     assert biased.pvalue == 0.0 and biased.design_effect == 0.0 and np.isinf(biased.statistic_corrected)
-    even = st.rao_scott_gof(np.tile([2.0, 2.0], (10, 1)))
+    assert np.isnan(biased.dof_corrected)  # d = tr(D)^2 / tr(D^2) is 0 / 0
+    even = st.rao_scott_chisquare(np.tile([2.0, 2.0], (10, 1)))
     assert even.pvalue == 1.0 and even.statistic == 0.0
+    # a cluster whose prompts all answered the tie label (no slot) is a cluster of weight 0: it counts in C
+    tie = st.rao_scott_chisquare([[3.0, 1.0], [1.0, 3.0], [0.0, 0.0]])
+    assert tie.n_clusters == 3 and tie.dof_denominator == pytest.approx(2 * tie.dof_corrected)
 
 
 def test_corrected_cramers_v_by_hand():
-    # X^2 = 30 on N = 100 over k = 4 with deff 2: sqrt((30 - 3 * 2) / (100 * 3)) = sqrt(0.08)
-    assert st.cramers_v_corrected(30.0, 100, 4, design_effect=2.0) == pytest.approx(np.sqrt(0.08))
+    # X^2 = 30 on N = 100 over k = 4 with deff 2: sqrt((30 - 3 * 2) / (3 * (100 - 2))) = sqrt(24 / 294) = 2/7
+    # (the maximum, X^2 = 3 N, corrected alike)
+    assert st.cramers_v_corrected(30.0, 100, 4, design_effect=2.0) == pytest.approx(2 / 7)
     assert st.cramers_v_corrected(5.0, 100, 4, design_effect=2.0) == 0.0  # below its null expectation
+    assert st.cramers_v_corrected(300.0, 100, 4, design_effect=0.0) == 1.0  # every prompt answered one slot
 
 
 # ---- pairwise -------------------------------------------------------------------------------------------------
@@ -139,6 +184,8 @@ def test_a_judge_that_always_answers_a(tie):
         assert s.consistency_ci_high == 0.0 and s.first_slot_ci_low == 1.0
     t = st.pairwise_slot_test(p, PAIRS, G2, rng=0)
     assert t.pvalue == 0.0 and t.cramers_v == 1.0 and t.label == "first" and t.shares.tolist() == [1.0, 0.0]
+    # slots numbered from 1 as a person counts them, with their labels
+    assert t.label_reason == "slots [1 (A)] have a share whose CI lies above 1/2; counts by slot [A: 40, B: 0]"
 
 
 def test_an_order_blind_judge():
@@ -260,6 +307,8 @@ def test_a_list_judge_that_always_answers_a():
     p, o, c = listwise_judge(np.zeros(8), 2, m, beta=50.0)
     t = st.listwise_slot_test(p, o, rng=0)
     assert t.label == "first" and t.pvalue == 0.0 and t.shares[0] == pytest.approx(1.0)
+    assert t.label_reason == ("slots [1 (A)] have a share whose CI lies above 1/4; counts by slot "
+                              "[A: 16, B: 0, C: 0, D: 0]")
     r = st.listwise_ranking(p, o, c, 8, reading="greedy")
     # balanced(m) shows each candidate first in 2 of the 2m orders: those 2 rows agree, every other pair flips
     assert st.top1_stability(list(r.by_ordering), n_boot=0).flip == pytest.approx(1 - 1 / (2 * m - 1))

@@ -172,6 +172,18 @@ def test_position_effect_refuses_fixed_design():
     t = planted_table(10, 4, orderings="fixed", n_orderings=3, rng=0)
     with pytest.raises(DesignError, match="not identifiable"):
         fit_position_effect(t.probs[:, 0], t.option_orders, n_boot=0)
+    # identical rows whose double-centred indicators are rounding noise (~1e-16, not exact zeros): numpy's
+    # matrix_rank, relative to the largest singular value, called these full rank and the fit returned biases
+    # such as [-0.17, 0.33, -0.16] for 3 options under 6 copies of the identity order
+    p = np.random.default_rng(0).dirichlet(np.ones(3), size=(4, 6))
+    for orders in (np.tile(np.arange(3), (6, 1)), np.tile([1, 2, 0], (6, 1))):
+        with pytest.raises(DesignError, match="not identifiable"):
+            fit_position_effect(p, orders, n_boot=0)
+        with pytest.raises(DesignError, match="not identifiable"):  # per item: every item its one order
+            fit_position_effect(p, np.stack([orders, orders[:, ::-1], orders, orders]), n_boot=0)
+    p5 = np.random.default_rng(1).dirichlet(np.ones(5), size=(3, 2))
+    with pytest.raises(DesignError, match="not identifiable"):
+        fit_position_effect(p5, np.tile(np.arange(5), (2, 1)), n_boot=0)
 
 
 def test_pride_prior_equals_general_fit_on_balanced_designs():

@@ -53,8 +53,9 @@ from .budget import (
     budget_curve,
     gain_fraction,
 )
-from .clustered import RaoScottResult, cramers_v_corrected, rao_scott_chisquare
+from .clustered import RaoScottResult, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
 from .criteria import CriterionPositionResult, criterion_position_effect
+from .direction import position_label
 from .expectation import (
     ExpectationResult,
     draw_random_scores,
@@ -76,7 +77,6 @@ from .paradigms import (
     PairwiseRankingResult,
     ParadigmComparison,
     ParadigmSummary,
-    RaoScottResult,
     SlotTestResult,
     SwapConsistencyResult,
     Top1StabilityResult,
@@ -86,7 +86,6 @@ from .paradigms import (
     choice_by_candidate,
     compare_paradigms,
     cost_from_meta,
-    cramers_v_corrected,
     debiased_preference,
     listwise_design,
     listwise_ranking,
@@ -97,7 +96,6 @@ from .paradigms import (
     pairwise_slot_test,
     pairwise_summary,
     pointwise_summary,
-    rao_scott_gof,
     slot_chisquare,
     slot_prior,
     swap_consistency,
@@ -110,11 +108,9 @@ from .position import (
     PositionEffectResult,
     PriorResult,
     chosen_positions,
-    cramers_v_gof,
     fit_position_effect,
     position_chisquare,
     position_distribution,
-    position_label,
     pride_prior,
     probs_by_position,
     probs_from_positions,
@@ -174,10 +170,10 @@ __all__ = [
 ]
 __all__ += [  # issue #25 (paradigms)
     "BradleyTerryResult", "ListwiseRankingResult", "PairwiseRankingResult", "ParadigmComparison", "ParadigmSummary",
-    "RaoScottResult", "SlotTestResult", "SwapConsistencyResult", "Top1StabilityResult",
+    "SlotTestResult", "SwapConsistencyResult", "Top1StabilityResult",
     "bradley_terry", "check_listwise", "check_pairwise", "choice_by_candidate", "compare_paradigms", "cost_from_meta",
-    "cramers_v_corrected", "debiased_preference", "listwise_design",
+    "debiased_preference", "listwise_design",
     "listwise_ranking", "listwise_slot_test", "listwise_summary", "pair_verdicts", "pairwise_ranking",
-    "pairwise_slot_test", "pairwise_summary", "pointwise_summary", "rao_scott_gof", "slot_chisquare", "slot_prior",
+    "pairwise_slot_test", "pairwise_summary", "pointwise_summary", "slot_chisquare", "slot_prior",
     "swap_consistency", "top1_stability", "winning_sets",
 ]

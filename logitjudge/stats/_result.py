@@ -163,6 +163,28 @@ def check_orders(option_orders, n_orderings: int, n_options: int, name: str = "o
     return a
 
 
+def group_score_list(scores, name: str = "scores") -> list[np.ndarray]:
+    """A [G, K, m] array or a sequence of G arrays [K_g, m_g] as a list of finite 2-D float arrays."""
+    if isinstance(scores, np.ndarray) and scores.dtype != object:
+        a = as_float(scores, name)
+        if a.ndim != 3:
+            raise ShapeError(f"{name} must be [groups, orderings, candidates] or a list of [orderings, "
+                             f"candidates] arrays, got shape {a.shape}")
+        out = list(a)
+    else:
+        try:
+            out = [as_float(s, name) for s in scores]
+        except TypeError:
+            raise StatsError(f"{name} must be a sequence of [orderings, candidates] arrays") from None
+    if not out:
+        raise InsufficientDataError(f"{name} has no groups")
+    for s in out:
+        if s.ndim != 2 or s.shape[0] < 1 or not np.all(np.isfinite(s)):
+            raise ShapeError(f"every group of {name} must be a finite [orderings, candidates] array, got "
+                             f"shape {s.shape}")
+    return out
+
+
 def need_items(n: int, minimum: int, what: str) -> None:
     if n < minimum:
         raise InsufficientDataError(f"{what} needs at least {minimum} items, got {n}; "

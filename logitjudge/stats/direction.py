@@ -55,8 +55,51 @@ def _shape_label(fav: np.ndarray) -> str:
     return "mixed"
 
 
-def position_label(shares, ci_low, pvalue: float, alpha: float, *, counts=None, design_effect: float = 1.0
-                   ) -> tuple[str, str]:
+def _place_list(idx: np.ndarray, names) -> str:
+    """Places numbered from 1, with their names where given: '[1, 5]' or '[1 (A), 5 (E)]'."""
+    if names is None:
+        return str((idx + 1).tolist())
+    return "[" + ", ".join(f"{j + 1} ({names[j]})" for j in idx) + "]"
+
+
+def direction(shares, ci_low, pvalue: float, alpha: float, *, counts=None, design_effect: float = 1.0,
+              noun: str = "position", names=None) -> tuple[str, str, tuple[int, ...]]:
+    """``(label, reason, favoured_index)``: :func:`position_label`'s label and reason, and the 0-based indices
+    of the favoured places the label rests on (empty when the label is 'none')."""
+    shares = as_float(shares, "shares")
+    n = shares.size
+    if shares.ndim != 1 or n < 2 or not isinstance(pvalue, (int, float, np.number)):
+        raise StatsError(f"position_label needs >= 2 shares and a numeric p-value, got {n} and {pvalue!r}")
+    cnt = shares if counts is None else as_float(counts, "counts")
+    if cnt.shape != shares.shape:
+        raise ShapeError(f"counts has shape {cnt.shape}, expected {shares.shape} (one per {noun})")
+    low = as_float(ci_low, "ci_low")
+    if low.shape != shares.shape:
+        raise ShapeError(f"ci_low has shape {low.shape}, expected {shares.shape} (one per {noun})")
+    if names is not None and (len(names) != n or not all(isinstance(x, str) for x in names)):
+        raise StatsError(f"names must be {n} strings, one per {noun}, got {names!r}")
+    quote = ""
+    if counts is not None:
+        shown = count_list(cnt) if names is None else \
+            "[" + ", ".join(f"{x}: {c}" for x, c in zip(names, count_list(cnt))) + "]"
+        quote = f"; counts by {noun} {shown}"
+    if not pvalue < alpha:
+        return "none", f"not significant (p = {pvalue:.3g} >= alpha = {alpha}){quote}", ()
+    has_ci = bool(np.all(np.isfinite(low)))
+    if not has_ci and counts is None:  # no CI and no counts: the largest share(s), tied ones together
+        fav = (shares >= shares.max()) & (shares > 1.0 / n)
+    else:
+        fav = _favoured(cnt, low, alpha, design_effect)
+    if not fav.any():
+        return "none", (f"significant, but no {noun}'s share lies above 1/{n}"
+                        + (" (CI lower bounds)" if has_ci else "") + quote), ()
+    how = "a share whose CI lies above" if has_ci else "the largest share (or one tied with it), above"
+    idx = np.flatnonzero(fav)
+    return _shape_label(fav), f"{noun}s {_place_list(idx, names)} have {how} 1/{n}{quote}", tuple(int(j) for j in idx)
+
+
+def position_label(shares, ci_low, pvalue: float, alpha: float, *, counts=None, design_effect: float = 1.0,
+                   noun: str = "position", names=None) -> tuple[str, str]:
     """Direction label from the shares, their CI lower bounds and the test's p-value.
 
     'none' unless the test rejects at ``alpha`` and some position is favoured (see ``_favoured``: the share's CI
@@ -64,30 +107,9 @@ def position_label(shares, ci_low, pvalue: float, alpha: float, *, counts=None, 
     favoured set is then 'first' (a block from position 0), 'last' (a block ending at the last position),
     'edges' (both ends favoured: a U-shape), 'middle' (an interior block) or 'mixed'. The reason numbers the
     positions 1..n and quotes the counts the verdict rests on; ``design_effect`` widens the no-CI z-test for
-    items as clusters.
+    items as clusters. ``noun`` names a place in the reason ('slot' for the paradigms' slot test) and ``names``
+    adds each place's label (e.g. 'A', 'B'): "slots [1 (A)] have ...; counts by slot [A: 54, B: 26]".
     """
-    shares = as_float(shares, "shares")
-    n = shares.size
-    if shares.ndim != 1 or n < 2 or not isinstance(pvalue, (int, float, np.number)):
-        raise StatsError(f"position_label needs >= 2 shares and a numeric p-value, got {n} and {pvalue!r}")
-    cnt = shares if counts is None else as_float(counts, "counts")
-    if cnt.shape != shares.shape:
-        raise ShapeError(f"counts has shape {cnt.shape}, expected {shares.shape} (one per position)")
-    low = as_float(ci_low, "ci_low")
-    if low.shape != shares.shape:
-        raise ShapeError(f"ci_low has shape {low.shape}, expected {shares.shape} (one per position)")
-    quote = f"; counts by position {count_list(cnt)}" if counts is not None else ""
-    if not pvalue < alpha:
-        return "none", f"not significant (p = {pvalue:.3g} >= alpha = {alpha}){quote}"
-    low = np.asarray(ci_low, dtype=np.float64)
-    has_ci = bool(np.all(np.isfinite(low)))
-    if not has_ci and counts is None:  # no CI and no counts: the largest share(s), tied ones together
-        fav = (shares >= shares.max()) & (shares > 1.0 / n)
-    else:
-        fav = _favoured(cnt, low, alpha, design_effect)
-    if not fav.any():
-        return "none", (f"significant, but no position's share lies above 1/{n}"
-                        + (" (CI lower bounds)" if has_ci else "") + quote)
-    label = _shape_label(fav)
-    how = "a share whose CI lies above" if has_ci else "the largest share (or one tied with it), above"
-    return label, f"positions {(np.flatnonzero(fav) + 1).tolist()} have {how} 1/{n}{quote}"
+    label, why, _ = direction(shares, ci_low, pvalue, alpha, counts=counts, design_effect=design_effect,
+                              noun=noun, names=names)
+    return label, why

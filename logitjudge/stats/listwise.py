@@ -44,8 +44,6 @@ from ._result import (
     BALANCED,
     FIXED,
     PER_ITEM_RANDOM,
-    SHARED_RANDOM,
-    ConfoundedDesignError,
     DesignError,
     InsufficientDataError,
     Result,
@@ -54,11 +52,11 @@ from ._result import (
     as_rng,
     check_distributions,
     detect_design,
+    group_score_list,
 )
-from .pairwise import answer_weights
-from .position import fit_position_effect
-from .readings import check_reading, draw_answers, tempered
-from .slots import SlotTestResult, group_score_list, slot_chisquare
+from .position import _check_design, fit_position_effect
+from .readings import answer_weights, check_reading, one_answer
+from .slots import SlotTestResult, slot_chisquare
 
 MAX_CANDIDATES = 26  # one letter each
 
@@ -142,11 +140,11 @@ def slot_prior(choice_probs, orders, *, floor: float = 1e-12) -> list[np.ndarray
     shapes = sorted({p.shape for p in probs})
     for shape in shapes:
         idx = [g for g, p in enumerate(probs) if p.shape == shape]
-        if all(np.all(ords[g] == ords[g][0]) for g in idx):  # checked here: a rank test on rounding noise passes
-            raise DesignError(f"the lists of {shape[1]} candidates are each shown in one order: slot and content "
-                              "are confounded and no slot prior can be fitted; score several candidate orders")
         canon = np.stack([np.take_along_axis(probs[g], inverse(ords[g]), axis=1) for g in idx])
-        fit = fit_position_effect(canon, np.stack([ords[g] for g in idx]), n_boot=0, floor=floor)
+        try:
+            fit = fit_position_effect(canon, np.stack([ords[g] for g in idx]), n_boot=0, floor=floor)
+        except DesignError as e:
+            raise DesignError(f"no slot prior for the lists of {shape[1]} candidates: {e}") from None
         for g in idx:
             out[g] = fit.prior
     return out
@@ -203,23 +201,11 @@ def listwise_slot_test(choice_probs, orders, *, reading: str = "greedy", tempera
         raise ShapeError("the slot test needs lists of one length (slot s of a 5-list and of an 11-list are "
                          "not the same position); test each length separately")
     design = listwise_design(ords)
-    if design == FIXED and not allow_confounded:
-        raise DesignError("every group shows its candidates in one order (FIXED): slot and content are "
-                          "confounded; score several candidate orders, or pass allow_confounded=True")
-    if design == SHARED_RANDOM and not allow_confounded:
-        raise ConfoundedDesignError("one random set of candidate orders shared by every group confounds "
-                                    "content with slot; draw orders per group, or pass allow_confounded=True")
     m = probs[0].shape[1]
-    n_prompts = sum(p.shape[0] for p in probs)
-    if design == PER_ITEM_RANDOM and n_prompts < 5 * m:
-        raise InsufficientDataError(f"the slot test on per-group random orders needs {5 * m} prompts (an "
-                                    f"expected count of 5 per slot), got {n_prompts}")
+    _check_design(design, allow_confounded, "the listwise slot test", n_prompts=sum(p.shape[0] for p in probs),
+                  n_places=m, unit="group", things="candidates", place="slot")
     rng = as_rng(rng)
-    flat = np.concatenate(probs)
-    if reading == "greedy":
-        a = answer_weights(flat, reading="greedy")
-    else:
-        a = np.eye(m)[draw_answers(tempered(flat, temperature), rng)]
+    a = one_answer(np.concatenate(probs), reading=reading, temperature=temperature, rng=rng)
     cl = np.repeat(np.arange(len(probs)), [p.shape[0] for p in probs])
-    return slot_chisquare(a, cl, reading=reading, unit="group", alpha=alpha, n_boot=n_boot,
-                          confidence=confidence, rng=rng)
+    return slot_chisquare(a, cl, reading=reading, unit="group", slot_names=tuple(chr(65 + j) for j in range(m)),
+                          alpha=alpha, n_boot=n_boot, confidence=confidence, rng=rng)

@@ -59,24 +59,10 @@ from ._result import (
     check_n_boot,
     percentile_ci,
 )
-from .readings import check_reading, draw_answers, tempered
+from .readings import answer_weights, check_reading, one_answer
 from .slots import SlotTestResult, slot_chisquare
 
 CLUSTERS = ("pair", "group")
-
-
-def answer_weights(probs, *, reading: str, temperature: float = 1.0, tol: float = 1e-12) -> np.ndarray:
-    """``[..., label]`` weight of each label as the judge's answer: greedy: the argmax, an exact tie split
-    equally between the tied labels; sampled: the tempered distribution."""
-    p = as_float(probs, "probs")
-    reading = check_reading(reading)
-    if reading == "greedy":
-        top = (p >= p.max(axis=-1, keepdims=True) - tol).astype(np.float64)
-        return top / top.sum(axis=-1, keepdims=True)
-    if reading == "sampled":
-        return tempered(p, temperature)
-    raise StatsError("the 'expected' reading is a probability-weighted score, not one answer; use greedy or "
-                     "sampled for pairwise verdicts")
 
 
 def check_pairwise(pair_probs, pairs, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -209,13 +195,9 @@ def pairwise_slot_test(pair_probs, pairs, groups, *, reading: str = "greedy", te
         raise StatsError("the slot test counts answered labels: reading='greedy' or 'sampled'")
     rng = as_rng(rng)
     cl = np.repeat(_clusters(cluster, ij, g), 2)
-    flat = p.reshape(-1, p.shape[2])
-    if reading == "greedy":
-        a = answer_weights(flat, reading="greedy")
-    else:
-        a = np.eye(p.shape[2])[draw_answers(tempered(flat, temperature), rng)]
-    return slot_chisquare(a[:, :2], cl, reading=reading, unit=cluster, alpha=alpha, n_boot=n_boot,
-                          confidence=confidence, rng=rng)
+    a = one_answer(p.reshape(-1, p.shape[2]), reading=reading, temperature=temperature, rng=rng)
+    return slot_chisquare(a[:, :2], cl, reading=reading, unit=cluster, slot_names=("A", "B"), alpha=alpha,
+                          n_boot=n_boot, confidence=confidence, rng=rng)
 
 
 def debiased_preference(pair_probs, *, reading: str = "sampled", temperature: float = 1.0) -> np.ndarray:

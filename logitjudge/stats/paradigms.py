@@ -51,11 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._result import (
-    FIXED,
     PER_ITEM_RANDOM,
-    SHARED_RANDOM,
-    ConfoundedDesignError,
-    DesignError,
     InsufficientDataError,
     Result,
     ShapeError,
@@ -94,28 +90,20 @@ from .pairwise import (
     pairwise_slot_test,
     swap_consistency,
 )
-from .position import chosen_positions, probs_by_position
-from .readings import check_reading, draw_answers, read_scores, tempered
-from .slots import (
-    RaoScottResult,
-    SlotTestResult,
-    Top1StabilityResult,
-    cramers_v_corrected,
-    rao_scott_gof,
-    slot_chisquare,
-    top1_stability,
-    winning_sets,
-)
+from .position import _check_design, chosen_positions, probs_by_position
+from .readings import check_reading, read_scores
+from .slots import SlotTestResult, slot_chisquare
+from .top1 import Top1StabilityResult, top1_stability, winning_sets
 
 PARADIGMS = ("pointwise", "pairwise", "listwise")
 COST_KEYS = ("forward_calls", "trie_tokens", "seconds")
 __all__ = [  # this module's own names and the paradigm estimators it gathers for logitjudge.stats
     "BradleyTerryResult", "ListwiseRankingResult", "PairwiseRankingResult", "ParadigmComparison", "ParadigmSummary",
-    "RaoScottResult", "SlotTestResult", "SwapConsistencyResult", "Top1StabilityResult",
+    "SlotTestResult", "SwapConsistencyResult", "Top1StabilityResult",
     "bradley_terry", "check_listwise", "check_pairwise", "choice_by_candidate", "compare_paradigms", "cost_from_meta",
-    "cramers_v_corrected", "debiased_preference", "listwise_design",
+    "debiased_preference", "listwise_design",
     "listwise_ranking", "listwise_slot_test", "listwise_summary", "pair_verdicts", "pairwise_ranking",
-    "pairwise_slot_test", "pairwise_summary", "pointwise_summary", "rao_scott_gof", "slot_chisquare", "slot_prior",
+    "pairwise_slot_test", "pairwise_summary", "pointwise_summary", "slot_chisquare", "slot_prior",
     "swap_consistency", "top1_stability", "winning_sets",
 ]
 
@@ -173,7 +161,9 @@ def pointwise_summary(probs, values, option_orders, groups, *, reading: str = "g
                       n_boot: int = 1000, confidence: float = 0.95, rng=None) -> ParadigmSummary:
     """Rubric scoring of one criterion as a paradigm (module doc): ``probs[item, ordering, option]``,
     ``values[option]``, ``option_orders``, ``groups[item]``. The slot test clusters the prompts by item; a FIXED
-    or shared random design confounds content with position (refused unless ``allow_confounded``)."""
+    or shared random design confounds content with position (refused as by the rubric position test, unless
+    ``allow_confounded``: then computed with a ConfoundedDesignWarning); per-item random orders need an expected
+    count of 5 per position, as there."""
     p = as_array(probs, "probs", 3, "[items, orderings, options]")
     check_distributions(p, "probs")
     i, k, n = p.shape
@@ -186,18 +176,10 @@ def pointwise_summary(probs, values, option_orders, groups, *, reading: str = "g
         raise StatsError("a paradigm summary reads answers: reading='greedy' or 'sampled'")
     rng = as_rng(rng)
     design = detect_design(orders)
-    if design == FIXED and not allow_confounded:
-        raise DesignError("the option orders are FIXED: position and content are confounded; score several "
-                          "orderings, or pass allow_confounded=True")
-    if design == SHARED_RANDOM and not allow_confounded:
-        raise ConfoundedDesignError("one random ordering set shared by every item confounds content with "
-                                    "position; use per-item random or balanced orders, or allow_confounded=True")
+    _check_design(design, allow_confounded, "pointwise slot test", n_prompts=i * k, n_places=n)
     per = read_scores(p, values, reading=reading, temperature=temperature)  # [items, orderings]
     pbp = probs_by_position(p, orders)
-    if reading == "greedy":
-        answered = chosen_positions(pbp).reshape(-1, n)
-    else:
-        answered = np.eye(n)[draw_answers(tempered(pbp, temperature), rng)].reshape(-1, n)
+    answered = chosen_positions(pbp, reading=reading, temperature=temperature, rng=rng).reshape(-1, n)
     slot = slot_chisquare(answered, np.repeat(np.arange(i), k), reading=reading, unit="item", alpha=alpha,
                           n_boot=n_boot, confidence=confidence, rng=rng)
     _, members = group_candidates(g)

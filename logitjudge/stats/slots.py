@@ -1,6 +1,5 @@
 """What every judging paradigm shares: the position bias of the answered *slot* with the cluster (the thing
-that is reordered: an item, a pair, a group) as the unit, and the stability of each group's winning set under
-reordering.
+that is reordered: an item, a pair, a group) as the unit.
 
 A slot is a place an answer points at: the position of a rubric option (pointwise), the label "A" or "B"
 (pairwise), a letter of a candidate list (listwise). People read slots from 1 (slot 1 = "A" = the first
@@ -13,51 +12,24 @@ splits an exact tie at the top equally; a row sums to less than 1 when the promp
 label of a pairwise template) or ``answered[prompt] = slot_index`` with ``n_slots``; ``clusters[prompt]``, the
 unit whose prompts are correlated. With N the answered weight, p_s the pooled share of slot s and k slots:
 
-* ``statistic``: Pearson's X^2 = N sum_s (p_s - 1/k)^2 / (1/k) of the pooled shares against uniform.
-* ``pvalue`` (the verdict's p): Rao-Scott second-order correction (Rao & Scott 1981, 1984; Satterthwaite).
-  V is the cluster-robust linearisation covariance of the shares, C/(C-1) sum_c r_c r_c' / N^2 with
-  r_c = y_c - m_c p (y_c the cluster's answered weight per slot, m_c its total, C clusters); P0 the
-  multinomial covariance (diag(1/k) - 1/k^2)/N; D = P0^-1 V on the first k-1 slots (the generalised design
-  effects). The corrected statistic X^2_RS = X^2 / (tr D^2 / tr D) has d = tr(D)^2 / tr(D^2) degrees of
-  freedom (``dof``, fractional) and is referred, as R's ``survey::svychisq`` does by default, to an F
-  distribution: X^2_RS / d ~ F(d, d (C - 1)), which allows for V being estimated from C clusters (a chi^2(d)
-  reference, its limit for many clusters, gives absurdly small p from a dozen clusters). When every cluster has
-  the same slot shares, V = 0: p = 0 if those shares are not uniform (the deviation is the same in every
-  cluster) and 1 if they are. Rao-Scott rather than a permutation of the slot
-  labels within each cluster: that permutation is exchangeable under "no position bias" only when a cluster's
-  orderings form a group acting on the slots (balanced designs), while Rao-Scott holds for any design
-  (balanced, per-item random, pairs in both orders, ragged lists) and is deterministic. It is asymptotic in
-  the number of clusters: with fewer than about 20 clusters V is poorly estimated (``n_clusters`` is printed).
-* ``design_effect``: tr(D) / (k-1), the mean generalised design effect (1 for independent prompts; k' for
-  clusters of k' identical answers; below 1 when a cluster's answers are spread more evenly than independent
-  draws, as a balanced design does for a judge without position bias).
-* ``pvalue_per_prompt``: ``scipy.stats.chisquare`` of the pooled counts, every prompt independent; printed
-  for comparison, never the verdict.
-* ``cramers_v``: bias-corrected Cramér's V, sqrt(max(0, X^2 - (k-1) deff) / (N (k-1))): the goodness-of-fit
-  analogue of Bergsma (2013), subtracting the statistic's expectation without bias under the clustered
-  sampling, (k-1) deff (= tr D; Bergsma's (k-1)/(n-1) for independent prompts), so that a judge without
-  position bias has V near 0 and its interval can reach 0. ``cramers_v_uncorrected`` = sqrt(X^2 / (N (k-1))).
+* ``statistic``, ``statistic_corrected``, ``pvalue`` (the verdict's p), ``design_effect``,
+  ``pvalue_per_prompt`` (every prompt independent; printed for comparison, never the verdict): Pearson's X² of
+  the pooled shares against uniform and its Rao-Scott second-order correction with the clusters as the unit,
+  referred to F(d, d (C - 1)) - :func:`logitjudge.stats.rao_scott_chisquare`, whose module
+  (:mod:`logitjudge.stats.clustered`) defines them. ``dof`` here is the corrected d (``dof_corrected`` of the
+  :class:`~logitjudge.stats.RaoScottResult`), ``n_clusters`` is C.
+* ``cramers_v``: the bias-corrected Cramér's V of :func:`logitjudge.stats.cramers_v_corrected`,
+  sqrt(max(0, X^2 - (k-1) deff) / ((k-1) (N - deff))): near 0 for a judge without position bias (its interval
+  can reach 0) and 1 when every prompt answered one slot. ``cramers_v_uncorrected`` = sqrt(X^2 / (N (k-1))).
   Intervals: percentile bootstrap over clusters (the correction recomputed on every resample).
-* ``label``: :func:`logitjudge.stats.position_label` on the shares, their cluster-bootstrap lower bounds and
-  the cluster-robust p.
+* ``label``, ``label_reason``, ``favoured_index``: :func:`logitjudge.stats.position_label` on the shares,
+  their cluster-bootstrap lower bounds, the cluster-robust p and the design effect, as in the rubric test:
+  the favoured slots are those whose share's lower bound lies above 1/k (without a bootstrap: above 1/k and
+  not significantly below the largest share). The reason numbers the slots from 1 and, given ``slot_names``,
+  names them: "slots [1 (A)] have a share whose CI lies above 1/2; counts by slot [A: 54, B: 26]".
 
-:func:`rao_scott_gof` (the test alone, from per-cluster counts) and :func:`cramers_v_corrected` are the
-helpers the rubric position test can call with items as clusters.
-
-Top-1 stability (:func:`top1_stability`)
-----------------------------------------
-Input per group ``scores[ordering, candidate]``: the judge's score of each candidate (canonical candidate
-order) when the group is shown in that ordering. The winning set of an ordering is every candidate within
-``tol`` of the best. A **flip** is a change of the winning set between two orderings: a tie that stays the same
-tie is no flip, so a group whose candidates all tie contributes 0. ``flip_certain`` (disjoint winning sets) and
-``flip_possible`` (anything but the same single winner) bound what a tie-break could make of it;
-``flip_tie_broken`` breaks ties uniformly and independently (1 - u_a . u_b); ``tied`` is the share of compared
-orderings with a tie at the top on either side. Per group the mean over every unordered pair of orderings (or
-over (canonical, other) pairs with ``canonical``), then the mean over groups, with a bootstrap CI over groups.
-With ``draws=True`` the orderings are independent random draws (per-item random orders; pairwise single-order
-runs): the flip is then a Monte-Carlo estimate of the probability that two random orderings give different
-winning sets, and ``flip_se`` is its delete-one-draw jackknife standard error (NaN for a fixed design, whose
-pairs of orderings are enumerated exactly).
+Top-1 stability under reordering, the paradigms' other shared measure, is
+:func:`logitjudge.stats.top1_stability` (in :mod:`logitjudge.stats.top1`, beside the rubric's top-1 flips).
 """
 
 from __future__ import annotations
@@ -65,116 +37,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from ._result import (
-    InsufficientDataError,
     Result,
     ShapeError,
     StatsError,
     as_float,
     as_rng,
-    bootstrap_weights,
     check_confidence,
     check_n_boot,
-    percentile_ci,
 )
-from .position import position_label
+from .clustered import bootstrap_v_and_shares, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
+from .direction import direction
 from .readings import check_reading
-
-_ZERO = 1e-12  # a variance (or X^2 per unit weight) below this is zero
-
-
-# ---- the test alone -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RaoScottResult(Result):
-    """Pearson's X^2 of pooled cluster counts against uniform shares with its Rao-Scott second-order p-value
-    (see the module doc): ``statistic_corrected`` = X^2 / (tr D^2 / tr D) on ``dof`` = d = tr(D)^2 / tr(D^2);
-    ``pvalue`` from F(d, d (C - 1)) of ``statistic_corrected`` / d."""
-
-    statistic: float
-    statistic_corrected: float
-    pvalue: float
-    dof: float
-    design_effect: float
-    pvalue_per_prompt: float
-    n: float
-    n_clusters: int
-
-
-def _cluster_counts(cluster_counts) -> np.ndarray:
-    y = as_float(cluster_counts, "cluster_counts")
-    if y.ndim != 2 or y.shape[1] < 2:
-        raise ShapeError(f"cluster_counts must be 2-D [clusters, slots] with at least 2 slots, got {y.shape}")
-    if not np.all(np.isfinite(y)) or np.any(y < 0):
-        raise StatsError("cluster_counts must be finite and non-negative (answered weight per slot)")
-    if y.shape[0] < 2:
-        raise InsufficientDataError(f"a cluster-robust test needs at least 2 clusters, got {y.shape[0]}")
-    if y.sum() <= 0:
-        raise InsufficientDataError("no prompt answered a slot (every count is 0)")
-    return y
-
-
-def _inv_null_cov(k: int) -> np.ndarray:
-    """(diag(p0) - p0 p0')^-1 on the first k-1 slots for uniform p0 = 1/k (times N gives P0^-1)."""
-    return k * np.eye(k - 1) + k * np.ones((k - 1, k - 1))  # Sherman-Morrison: diag(1/p0) + 11'/p0_k
-
-
-def _design_traces(y: np.ndarray, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                         np.ndarray]:
-    """Per resample (rows of ``w``, multiplicities of the clusters; one row of ones when None): N, shares,
-    tr D and tr D^2 (D = P0^-1 V on the first k-1 slots)."""
-    c, k = y.shape
-    w = np.ones((1, c)) if w is None else w
-    m = y.sum(axis=1)
-    n = w @ m  # [B]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = (w @ y) / n[:, None]  # [B, k]
-    yy = np.einsum("ca,cb->cab", y, y).reshape(c, k * k)
-    my = (m[:, None] * y)
-    s_yy = (w @ yy).reshape(-1, k, k)
-    s_my = w @ my  # [B, k]
-    s_mm = w @ (m * m)  # [B]
-    # sum_c w_c r_c r_c' with r_c = y_c - m_c p
-    rr = (s_yy - np.einsum("ba,bc->bac", p, s_my) - np.einsum("ba,bc->bac", s_my, p)
-          + s_mm[:, None, None] * np.einsum("ba,bc->bac", p, p))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        v = (c / (c - 1)) * rr[:, :-1, :-1] / (n * n)[:, None, None]
-    d = n[:, None, None] * np.einsum("ij,bjk->bik", _inv_null_cov(k), v)
-    return n, p, np.einsum("bii->b", d), np.einsum("bij,bji->b", d, d)
-
-
-def _x2(n, p, k):
-    return n * k * ((p - 1.0 / k) ** 2).sum(axis=-1)
-
-
-def rao_scott_gof(cluster_counts) -> RaoScottResult:
-    """Rao-Scott corrected chi-square test that the answered slots are uniform, from ``cluster_counts[cluster,
-    slot]`` (the answered weight of each slot in each cluster; see the module doc)."""
-    y = _cluster_counts(cluster_counts)
-    k = y.shape[1]
-    n, p, t1, t2 = (a[0] for a in _design_traces(y))
-    x2 = float(_x2(n, p, k))
-    deff = float(t1 / (k - 1))
-    naive = float(sps.chisquare(y.sum(axis=0)).pvalue)
-    if t1 <= _ZERO * (k - 1):  # every cluster has the same shares: no between-cluster variance
-        deviates = x2 > _ZERO * n
-        return RaoScottResult(x2, float("inf") if deviates else 0.0, 0.0 if deviates else 1.0, float("nan"),
-                              0.0, naive, float(n), y.shape[0])
-    scale, dof = t2 / t1, t1 * t1 / t2
-    stat = x2 / scale
-    p = float(sps.f.sf(stat / dof, dof, dof * (y.shape[0] - 1)))
-    return RaoScottResult(x2, float(stat), p, float(dof), deff, naive, float(n), y.shape[0])
-
-
-def cramers_v_corrected(chi2, n, k: int, *, design_effect=1.0):
-    """Bias-corrected Cramér's V of a goodness-of-fit X^2 over ``k`` categories from ``n`` answers:
-    sqrt(max(0, X^2 - (k-1) deff) / (n (k-1))) (see the module doc)."""
-    chi2, n, deff = as_float(chi2, "chi2"), as_float(n, "n"), as_float(design_effect, "design_effect")
-    if int(k) != k or k < 2 or np.any(n <= 0) or np.any(chi2 < 0) or np.any(deff < 0):
-        raise StatsError(f"corrected Cramér's V needs chi2 >= 0, n > 0, design_effect >= 0 and k >= 2 "
-                         f"categories, got k={k!r}")
-    return np.sqrt(np.maximum(0.0, chi2 - (k - 1) * deff) / (n * (k - 1)))
 
 
 # ---- the slot test on answered prompts ----------------------------------------------------------------------
@@ -184,9 +59,8 @@ class SlotTestResult(Result):
 
     ``counts[slot]`` / ``shares[slot]``: answered weight and share of each slot (slot 1 first), with percentile
     bootstrap CIs over clusters; ``label`` / ``label_reason`` as in the rubric position test;
-    ``favoured_index`` (0-based: slot 1 is index 0): the slots whose share's lower bound lies above 1/k
-    (without a bootstrap, the largest share). ``reading`` names how the prompts' answers were read; ``unit``
-    what a cluster is.
+    ``favoured_index`` (0-based: slot 1 is index 0): the slots the label rests on (module doc). ``reading``
+    names how the prompts' answers were read; ``unit`` what a cluster is.
     """
 
     statistic: float
@@ -236,11 +110,12 @@ def _answered(answered, n_slots) -> np.ndarray:
 
 
 def slot_chisquare(answered, clusters, *, n_slots: int | None = None, reading: str = "greedy",
-                   unit: str = "item", alpha: float = 0.05, n_boot: int = 1000, confidence: float = 0.95,
-                   rng=None) -> SlotTestResult:
+                   unit: str = "item", slot_names=None, alpha: float = 0.05, n_boot: int = 1000,
+                   confidence: float = 0.95, rng=None) -> SlotTestResult:
     """Cluster-robust test that the answered slots are uniform, with the bias-corrected Cramér's V and
     bootstrap CIs over clusters (see the module doc). ``reading`` ('greedy' or 'sampled': one seeded run of a
-    sampling judge) and ``unit`` are recorded."""
+    sampling judge) and ``unit`` are recorded; ``slot_names`` (e.g. ``("A", "B")``) label the slots in the
+    reason."""
     w = _answered(answered, n_slots)
     cl = np.asarray(clusters).astype(str)
     if cl.shape != (w.shape[0],):
@@ -252,144 +127,15 @@ def slot_chisquare(answered, clusters, *, n_slots: int | None = None, reading: s
     _, inv = np.unique(cl, return_inverse=True)
     y = np.zeros((inv.max() + 1, w.shape[1]))
     np.add.at(y, inv.ravel(), w)
-    rs = rao_scott_gof(y)
+    rs = rao_scott_chisquare(y)
     k = w.shape[1]
     counts = y.sum(axis=0)
     shares = counts / rs.n
     v = float(cramers_v_corrected(rs.statistic, rs.n, k, design_effect=rs.design_effect))
-    v_raw = float(np.sqrt(rs.statistic / (rs.n * (k - 1))))
-    nan = float("nan")
-    v_lo = v_hi = nan
-    s_lo = s_hi = np.full(k, nan)
-    if n_boot:
-        wb = bootstrap_weights(y.shape[0], n_boot, as_rng(rng))
-        nb, pb, t1, _ = _design_traces(y, wb)
-        ok = nb > 0
-        vb = np.sqrt(np.maximum(0.0, _x2(nb[ok], pb[ok], k) - t1[ok]) / (nb[ok] * (k - 1)))
-        v_lo, v_hi = percentile_ci(vb, confidence)
-        s_lo, s_hi = percentile_ci(pb[ok], confidence)
-    label, why = position_label(shares, s_lo, rs.pvalue, float(alpha), counts=counts)
-    fav = ()
-    if label != "none":  # the slots the label rests on: CI above 1/k (without a bootstrap, the largest share)
-        fav_mask = s_lo > 1.0 / k if np.all(np.isfinite(s_lo)) else shares >= shares.max()
-        fav = tuple(int(j) for j in np.flatnonzero(fav_mask))
-    return SlotTestResult(rs.statistic, rs.statistic_corrected, rs.pvalue, rs.dof, rs.design_effect,
+    v_raw = float(cramers_v_gof(rs.statistic, rs.n, k))
+    v_lo, v_hi, s_lo, s_hi = bootstrap_v_and_shares(y, n_boot, confidence, as_rng(rng))
+    label, why, fav = direction(shares, s_lo, rs.pvalue, float(alpha), counts=counts,
+                                design_effect=rs.design_effect, noun="slot", names=slot_names)
+    return SlotTestResult(rs.statistic, rs.statistic_corrected, rs.pvalue, rs.dof_corrected, rs.design_effect,
                           rs.pvalue_per_prompt, v, v_lo, v_hi, v_raw, counts, shares, s_lo, s_hi, rs.n,
                           w.shape[0], y.shape[0], k, label, why, fav, reading, str(unit), float(alpha), confidence)
-
-
-# ---- top-1 winning sets -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Top1StabilityResult(Result):
-    """How often a group's winning set changes between orderings (definitions in the module doc): ``flip``
-    with a percentile bootstrap CI over groups, its bounds ``flip_certain`` <= ``flip`` <= ``flip_possible``,
-    ``flip_tie_broken`` and ``tied``; ``per_group`` flips; ``pairs`` 'all' or 'vs canonical'; ``flip_se`` the
-    Monte-Carlo standard error when the orderings are random draws (else NaN). ``reading`` names how the
-    scores were read."""
-
-    flip: float
-    flip_ci_low: float
-    flip_ci_high: float
-    flip_se: float
-    flip_certain: float
-    flip_possible: float
-    flip_tie_broken: float
-    tied: float
-    per_group: np.ndarray
-    n_groups: int
-    n_groups_skipped: int
-    pairs: str
-    reading: str
-    confidence_level: float
-
-
-def group_score_list(scores, name: str = "scores") -> list[np.ndarray]:
-    """A [G, K, m] array or a sequence of G arrays [K_g, m_g] as a list of finite 2-D float arrays."""
-    if isinstance(scores, np.ndarray) and scores.dtype != object:
-        a = as_float(scores, name)
-        if a.ndim != 3:
-            raise ShapeError(f"{name} must be [groups, orderings, candidates] or a list of [orderings, "
-                             f"candidates] arrays, got shape {a.shape}")
-        out = list(a)
-    else:
-        try:
-            out = [as_float(s, name) for s in scores]
-        except TypeError:
-            raise StatsError(f"{name} must be a sequence of [orderings, candidates] arrays") from None
-    if not out:
-        raise InsufficientDataError(f"{name} has no groups")
-    for s in out:
-        if s.ndim != 2 or s.shape[0] < 1 or not np.all(np.isfinite(s)):
-            raise ShapeError(f"every group of {name} must be a finite [orderings, candidates] array, got "
-                             f"shape {s.shape}")
-    return out
-
-
-def winning_sets(scores, *, tol: float = 1e-9) -> np.ndarray:
-    """``[..., candidate]`` True for every candidate within ``tol`` of the best score along the last axis."""
-    s = as_float(scores, "scores")
-    if s.ndim < 1 or s.shape[-1] == 0 or not np.all(np.isfinite(s)):
-        raise ShapeError(f"scores must be finite with at least one candidate, got shape {s.shape}")
-    return s >= s.max(axis=-1, keepdims=True) - tol
-
-
-def _jackknife_se(mats: list[np.ndarray]) -> float:
-    """Delete-one-draw jackknife SE of mean_g mean_{a<b} M_g[a, b] (symmetric 0/1 flip matrices, K draws)."""
-    k = mats[0].shape[0]
-    if k < 3:
-        return float("nan")
-    m = np.stack(mats)  # [G, K, K]
-    total = m.sum(axis=(1, 2)) / 2  # per group: flips over all pairs
-    loo = ((total[:, None] - m.sum(axis=2)) / ((k - 1) * (k - 2) / 2)).mean(axis=0)  # [K]
-    return float(np.sqrt((k - 1) / k * ((loo - loo.mean()) ** 2).sum()))
-
-
-def top1_stability(scores, *, canonical: int | None = None, draws: bool = False, reading: str = "greedy",
-                   tol: float = 1e-9, n_boot: int = 1000, confidence: float = 0.95, rng=None
-                   ) -> Top1StabilityResult:
-    """Winning-set flips between orderings per group ``scores[g][ordering, candidate]`` (see the module doc).
-    Groups with one candidate are skipped; every group needs at least 2 orderings (with ``draws``, the same
-    number of draws)."""
-    groups = group_score_list(scores)
-    n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
-    reading = check_reading(reading)
-    if draws and canonical is not None:
-        raise StatsError("random draws of orderings have no canonical one: pass canonical=None with draws=True")
-    rows, mats = [], []
-    skipped = 0
-    for s in groups:
-        k, m = s.shape
-        if m < 2:
-            skipped += 1
-            continue
-        if k < 2:
-            raise InsufficientDataError(f"top-1 stability needs at least 2 orderings per group, got {k}")
-        if canonical is not None and not 0 <= int(canonical) < k:
-            raise StatsError(f"canonical={canonical} is not one of the group's {k} orderings")
-        win = winning_sets(s, tol=tol)
-        a, b = np.triu_indices(k, 1)
-        if canonical is not None:
-            b = np.asarray([j for j in range(k) if j != int(canonical)])
-            a = np.full(b.size, int(canonical))
-        wa, wb = win[a], win[b]
-        ua, ub = wa / wa.sum(axis=1, keepdims=True), wb / wb.sum(axis=1, keepdims=True)
-        single_same = (wa.sum(axis=1) == 1) & np.all(wa == wb, axis=1)
-        rows.append([np.mean(np.any(wa != wb, axis=1)), np.mean(~np.any(wa & wb, axis=1)),
-                     np.mean(~single_same), np.mean(1.0 - (ua * ub).sum(axis=1)),
-                     np.mean((wa.sum(axis=1) > 1) | (wb.sum(axis=1) > 1))])
-        if draws:
-            mats.append(np.any(win[:, None] != win[None, :], axis=-1).astype(np.float64))
-    if not rows:
-        raise InsufficientDataError("no group has 2 or more candidates; top-1 stability needs groups of "
-                                    "candidates")
-    if draws and len({m.shape for m in mats}) != 1:
-        raise ShapeError("with draws=True every group needs the same number of draws (the jackknife deletes "
-                         "one draw from every group)")
-    r = np.asarray(rows)
-    lo = hi = float("nan")
-    if n_boot and len(r) >= 2:
-        lo, hi = percentile_ci(bootstrap_weights(len(r), n_boot, rng) @ r[:, 0] / len(r), confidence)
-    se = _jackknife_se(mats) if draws else float("nan")
-    return Top1StabilityResult(float(r[:, 0].mean()), lo, hi, se, float(r[:, 1].mean()), float(r[:, 2].mean()),
-                               float(r[:, 3].mean()), float(r[:, 4].mean()), r[:, 0], len(r), skipped,
-                               "all" if canonical is None else "vs canonical", reading, confidence)

@@ -21,7 +21,12 @@ its exact probability over the two runs, :func:`top_set_probabilities`).
 * :func:`top1_change` - two per-item score vectors (FIXED against an aggregated strategy);
 * :func:`top1_change_sampled` - the same for two sampling runs that average answers over given orderings;
 * :func:`top1_change_random` - FIXED against RANDOM at budget K, the expectation over draws of K orders per
-  item (Monte-Carlo with its standard error).
+  item (Monte-Carlo with its standard error);
+* :func:`top1_stability` - the same flips for the judging paradigms, whose input is per-group score lists
+  ``scores[g][ordering, candidate]`` rather than a rubric table (see :class:`Top1StabilityResult`).
+
+Every quantity is :func:`set_comparisons` of two top sets (:func:`top_sets`; :func:`winning_sets` for one
+unmasked score array), so each is defined once here.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from ._result import (
     canonical_index,
     check_confidence,
     check_n_boot,
+    group_score_list,
     percentile_ci,
 )
 from .expectation import _dists, draw_random_scores, mean_answer_distribution
@@ -391,3 +397,97 @@ def top1_change_random(probs, values, groups, *, k: int, canonical: int | None =
     return Top1ChangeRandomResult(*vals, int(k), n, float(precision), bool(se[0] <= precision), bool(replace),
                                   pool, canonical, len(idx), reading, float(temperature))
 
+
+
+# ---- per-group score lists (the judging paradigms) ---------------------------------------------------------
+@dataclass(frozen=True)
+class Top1StabilityResult(Result):
+    """Top-1 flips of the judging paradigms (:mod:`logitjudge.stats.paradigms`), from per-group score lists
+    ``scores[g][ordering, candidate]`` (canonical candidate order: the scores of each ordering row; pairwise:
+    the Bradley-Terry strengths of one single-order run per row; listwise: the answer weights of each row).
+    The quantities are those of the module doc, per group the mean over every unordered pair of orderings
+    (``pairs`` 'all') or over the (canonical, other) pairs ('vs canonical'), then the mean over groups:
+    ``flip`` with a percentile bootstrap CI over groups, its bounds ``flip_certain`` <= ``flip`` <=
+    ``flip_possible``, ``flip_tie_broken`` and ``tied``; ``per_group`` flips. When the orderings are independent
+    random draws (per-item random orders; pairwise single-order runs), ``flip`` is a Monte-Carlo estimate of
+    the probability that two random orderings give different winning sets and ``flip_se`` its delete-one-draw
+    jackknife standard error (NaN for a fixed design, whose pairs are enumerated exactly). ``reading`` names
+    how the scores were read."""
+
+    flip: float
+    flip_ci_low: float
+    flip_ci_high: float
+    flip_se: float
+    flip_certain: float
+    flip_possible: float
+    flip_tie_broken: float
+    tied: float
+    per_group: np.ndarray
+    n_groups: int
+    n_groups_skipped: int
+    pairs: str
+    reading: str
+    confidence_level: float
+
+
+def winning_sets(scores, *, tol: float = 1e-9) -> np.ndarray:
+    """``[..., candidate]`` True for every candidate within ``tol`` of the best score along the last axis
+    (:func:`top_sets` of finite scores with every candidate valid)."""
+    s = as_float(scores, "scores")
+    if s.ndim < 1 or s.shape[-1] == 0 or not np.all(np.isfinite(s)):
+        raise ShapeError(f"scores must be finite with at least one candidate, got shape {s.shape}")
+    return top_sets(s, True, tol)
+
+
+def _jackknife_se(mats: list[np.ndarray]) -> float:
+    """Delete-one-draw jackknife SE of mean_g mean_{a<b} M_g[a, b] (symmetric 0/1 flip matrices, K draws)."""
+    k = mats[0].shape[0]
+    if k < 3:
+        return float("nan")
+    m = np.stack(mats)  # [G, K, K]
+    total = m.sum(axis=(1, 2)) / 2  # per group: flips over all pairs
+    loo = ((total[:, None] - m.sum(axis=2)) / ((k - 1) * (k - 2) / 2)).mean(axis=0)  # [K]
+    return float(np.sqrt((k - 1) / k * ((loo - loo.mean()) ** 2).sum()))
+
+
+def top1_stability(scores, *, canonical: int | None = None, draws: bool = False, reading: str = "greedy",
+                   tol: float = 1e-9, n_boot: int = 1000, confidence: float = 0.95, rng=None
+                   ) -> Top1StabilityResult:
+    """Winning-set flips between orderings per group ``scores[g][ordering, candidate]`` (see
+    :class:`Top1StabilityResult`; :func:`top1_flips` is the same for a rubric table). Groups with one candidate
+    are skipped; every group needs at least 2 orderings (with ``draws``, the same number of draws)."""
+    groups = group_score_list(scores)
+    n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
+    reading = check_reading(reading)
+    if draws and canonical is not None:
+        raise StatsError("random draws of orderings have no canonical one: pass canonical=None with draws=True")
+    rows, mats = [], []
+    for s in groups:
+        k, m = s.shape
+        if m < 2:
+            continue
+        if k < 2:
+            raise InsufficientDataError(f"top-1 stability needs at least 2 orderings per group, got {k}")
+        if canonical is not None and not 0 <= int(canonical) < k:
+            raise StatsError(f"canonical={canonical} is not one of the group's {k} orderings")
+        win = top_sets(s, True, tol)
+        a, b = np.triu_indices(k, 1)
+        if canonical is not None:
+            b = np.asarray([j for j in range(k) if j != int(canonical)])
+            a = np.full(b.size, int(canonical))
+        rows.append(set_comparisons(win[a], win[b]).mean(axis=1))  # (changed, certain, possible, tied, broken)
+        if draws:
+            mats.append(pairwise_comparisons(win)[0])  # [K, K]: the winning sets differ
+    if not rows:
+        raise InsufficientDataError("no group has 2 or more candidates; top-1 stability needs groups of "
+                                    "candidates")
+    if draws and len({m.shape for m in mats}) != 1:
+        raise ShapeError("with draws=True every group needs the same number of draws (the jackknife deletes "
+                         "one draw from every group)")
+    r = np.asarray(rows)  # [groups, 5]
+    lo, hi = _group_ci(r[:, 0], n_boot, confidence, rng)
+    se = _jackknife_se(mats) if draws else float("nan")
+    flip, certain, possible, tied, broken = (float(x) for x in r.mean(axis=0))
+    return Top1StabilityResult(flip, lo, hi, se, certain, possible, broken, tied, r[:, 0], len(r),
+                               len(groups) - len(r), "all" if canonical is None else "vs canonical", reading,
+                               confidence)
