@@ -1,11 +1,11 @@
 """Pairwise and listwise runs on the rails of :class:`~logitjudge.run.Run`: the rows of
 :mod:`logitjudge.candidates` scored like items.
 
-A row's prompts (one per criterion and ordering, :func:`logitjudge.requests.row_prompts`) are scored by the
-rubric's batch step (:func:`logitjudge.steps.score_batch`); the rows of one group in a batch run as one token
-trie, so the instructions and the group's context (a source article, a question) are computed once for all its
-pairs. Checkpoint, resume, progress, meta and the atomic save are the Run's; the table is a
-:class:`~logitjudge.table.ScoreTable` whose items are rows (layout in :mod:`logitjudge.candidates`).
+A row's prompts (one per criterion and ordering, :func:`logitjudge.requests.row_prompts`) are planned and
+scored by the rubric's batches (:meth:`Run.batches`, :func:`logitjudge.steps.score_batch`); the rows of one group
+in a batch run as one token trie, so the instructions and the group's context (a source article, a question)
+are computed once for all its pairs. Checkpoint, resume, progress, meta and the atomic save are the Run's; the
+table is a :class:`~logitjudge.table.ScoreTable` whose items are rows (layout in :mod:`logitjudge.candidates`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from .orderings import validate
 from .prompts import PromptError, load_template
 from .requests import default_template, orders_of, row_prompts
 from .run import Run, RunError, run_fingerprint, run_meta
-from .steps import WINDOW, plan_batches, score_batch
 from .table import ScoreTable
 
 
@@ -57,6 +56,7 @@ class CandidateRun(Run):
         self.lm, self.rubric, self.items = lm, rubric, [r.item for r in rows]
         self.engine = engine or Engine(lm)
         self.out, self.progress, self.meta = out, progress, dict(meta or {})
+        self._encoded: dict[int, list] = {}  # as Run._setup: the windows plan() encoded, for batches()
         self.criterion_orders = np.tile(np.arange(rubric.n_criteria), (self.option_orders.shape[-2], 1))
         by_id = {c.id: c for r in rows for c in r.candidates}
         extra = {"mode": paradigm, "rows": [[r.id, r.group, r.candidate_ids] for r in rows],
@@ -64,23 +64,14 @@ class CandidateRun(Run):
         self.fingerprint = run_fingerprint(lm, rubric, [by_id[i] for i in candidate_ids(rows)], self.option_orders,
                                            self.template, extra)
 
-    def prompts(self, i: int):
+    def item_prompts(self, i: int):
         """Row ``i``'s prompts, criterion-major (c * K + k)."""
         return row_prompts(self.lm, self.rubric, self.rows[i], orders_of(self.option_orders, i), self.template)
 
-    def batches(self, owned: list[int], done: dict):
-        """The Run's plan (windows of rows, batched by length), each batch one step of the rubric's batch
-        function with the rows of a group in one trie."""
-        for w in range(0, len(owned), WINDOW):
-            window = owned[w:w + WINDOW]
-            if all(self.items[i].id in done for i in window):
-                continue
-            prompts = [self.prompts(i) for i in window]
-            for batch in plan_batches(prompts, self.engine.token_budget):
-                if any(self.items[window[b]].id not in done for b in batch):
-                    yield [window[b] for b in batch], (
-                        lambda idx, ps=[prompts[b] for b in batch], keys=[self.rows[window[b]].group for b in batch]:
-                        score_batch(self.engine, ps, self.rubric.n_criteria, share=keys))
+    def trie_keys(self, idx: list[int]) -> list:
+        """The rows of one group in a batch run as one token trie: the instructions and the group's context once
+        for all its pairs."""
+        return [self.rows[i].group for i in idx]
 
     def table(self, done: dict, elapsed: float, world_size: int = 1) -> ScoreTable:
         """The candidate table (layout in :mod:`logitjudge.candidates`) of finished rows, in the rows' order."""

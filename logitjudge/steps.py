@@ -24,7 +24,7 @@ import itertools
 
 import numpy as np
 
-from .engine import Engine, Job, NonFiniteError, continuation_logprobs, distribution, label_reads
+from .engine import Engine, Job, NonFiniteError, continuation_logprobs, distribution, label_reads, prompt_job
 from .errors import LogitJudgeError
 from .prompts import EncodedPrompt
 from .requests import encode, slot_request
@@ -52,12 +52,11 @@ def plan_batches(prompts: list[list[EncodedPrompt]], budget: int) -> list[list[i
 
 def score_batch(engine: Engine, prompts: list[list[EncodedPrompt]], n_criteria: int, share=None) -> list[tuple]:
     """(probs[C, K, n], mass[C, K]) of each item of a batch from its criterion-major prompts (c * K + k).
-    ``share``: a key per item; the items of one key run as one token trie (the pairs of a group share the
-    instructions and the group's context, computed once), which changes a number only as any other batch split
-    does (fp32 reassociation)."""
+    ``share``: a key per item (:func:`trie_groups`); the items of one key run as one token trie (the pairs of a
+    group share the instructions and the group's context, computed once), which changes a number only as any
+    other batch split does (fp32 reassociation)."""
     out = []
-    lps = engine.prompt_logprobs(prompts) if share is None else shared_logprobs(engine, prompts, share)
-    for item_lps in lps:
+    for item_lps in shared_logprobs(engine, prompts, share):
         K = len(item_lps) // n_criteria
         dists = [distribution(lp) for lp in item_lps]
         probs = np.stack([p for p, _ in dists]).reshape(n_criteria, K, -1)  # (C, K, n)
@@ -66,12 +65,25 @@ def score_batch(engine: Engine, prompts: list[list[EncodedPrompt]], n_criteria: 
     return out
 
 
-def shared_logprobs(engine: Engine, prompts: list[list[EncodedPrompt]], keys) -> list[list[np.ndarray]]:
-    """``engine.prompt_logprobs`` with the prompts of every item of one key in one trie, split back per item."""
+def trie_groups(keys, n: int) -> list[list[int]]:
+    """The batch positions that form one token trie: those of one key (keys in order of first appearance);
+    ``keys`` None: each of the ``n`` items its own trie."""
+    if keys is None:
+        return [[b] for b in range(n)]
     by_key: dict = {}
     for b, key in enumerate(keys):
         by_key.setdefault(key, []).append(b)
-    groups = list(by_key.values())
+    return list(by_key.values())
+
+
+def batch_jobs(prompts: list[list[EncodedPrompt]], share=None) -> list[Job]:
+    """The engine jobs :func:`score_batch` evaluates (what a run's progress counts)."""
+    return [prompt_job([ep for b in bs for ep in prompts[b]]) for bs in trie_groups(share, len(prompts))]
+
+
+def shared_logprobs(engine: Engine, prompts: list[list[EncodedPrompt]], keys=None) -> list[list[np.ndarray]]:
+    """``engine.prompt_logprobs`` with the prompts of the items of one key in one trie, split back per item."""
+    groups = trie_groups(keys, len(prompts))
     try:
         merged = engine.prompt_logprobs([[ep for b in bs for ep in prompts[b]] for bs in groups])
     except NonFiniteError as e:  # name the item and its own prompt index, not the merged trie's

@@ -267,6 +267,26 @@ def test_items_that_cannot_be_compared_are_refused_with_the_fix(root, tmp_path):
         prepare(dict(spec(root, paradigm="pairwise"), data={"texts": str(lone)}))
 
 
+@pytest.mark.parametrize("paradigm", ["pairwise", "listwise"])
+def test_a_group_of_one_candidate_is_refused_in_one_line_before_the_model_loads(root, tmp_path, monkeypatch,
+                                                                              capsys, paradigm):
+    from logitjudge import models
+
+    def no_model(*a, **kw):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_model)
+    texts = tmp_path / "one.jsonl"
+    texts.write_text("".join(json.dumps({"id": f"o{i}", "text": TEXTS[i], "group": "g0" if i < 2 else "g1"}) + "\n"
+                             for i in range(3)), encoding="utf-8")
+    rc = main(["score", "--model", str(root / "tiny"), "--texts", str(texts), "--paradigm", paradigm, "--out",
+               str(tmp_path / "t.npz"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "group 'g1' has a single item ('o2')" in err and "nothing to compare it with" in err
+    assert not (tmp_path / "t.npz").exists()
+
+
 def test_a_pairwise_run_writes_its_report_and_reuses_its_table(root):
     s = dict(spec(root, paradigm="pairwise", template="pairwise-tie"), out=str(root / "run"),
              analysis={"n_boot": 30, "reading": "greedy"})
@@ -308,21 +328,22 @@ def test_compare_prints_the_table_and_writes_the_plot(root, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_parity_gemma_pairwise_and_listwise(gemma_lm):
-    """The built-in judge: every label of pairwise (with FastChat's tie, labels "A]]" of several tokens) and
-    listwise prompts within 1e-5 of the plain forward."""
+    """The built-in judge: every label of a pair under both orders (FastChat's tie template: labels "A]]" of
+    several tokens) and of a list of three under its reversed order, within 1e-5 of the plain forward (a plain
+    forward computes the 262k-word read-out at every position: 9 of them here)."""
     rub = builtin_rubric("default")
     its = [Item(f"c{i}", t, CONTEXT, "g") for i, t in enumerate(TEXTS[:3])]
     for paradigm, name in (("pairwise", "pairwise-tie"), ("listwise", "listwise")):
         tpl = check_template(name, paradigm)
         rows, orders = plan(its, paradigm, tie_label=tpl.tie_label)
-        t = CandidateRun(gemma_lm, rows[:2], rub, orders, paradigm=paradigm, template=tpl,
+        orders = orders[[0, 1]] if paradigm == "pairwise" else orders[[len(orders) // 2]]  # listwise: reversed
+        t = CandidateRun(gemma_lm, rows[:1], rub, orders, paradigm=paradigm, template=tpl,
                          engine=Engine(gemma_lm, token_budget=2048), progress=False).execute()
-        for i, row in enumerate(rows[:2]):
-            eps = row_prompts(gemma_lm, rub, row, orders_of(orders, i), tpl)
-            assert max(len(c) for c in eps[0].continuation_ids) >= 2
-            for k, lp in enumerate(plain_prompt_logprobs(gemma_lm.model, eps)):
-                q = np.exp(lp - lp.max())
-                assert np.abs(q / q.sum() - t.probs[i, 0, k]).max() < PROB_ATOL
+        eps = row_prompts(gemma_lm, rub, rows[0], orders, tpl)
+        assert min(len(c) for c in eps[0].continuation_ids) >= 2
+        for k, lp in enumerate(plain_prompt_logprobs(gemma_lm.model, eps)):
+            q = np.exp(lp - lp.max())
+            assert np.abs(q / q.sum() - t.probs[0, 0, k]).max() < PROB_ATOL
 
 
 if __name__ == "__main__":
