@@ -186,25 +186,28 @@ def _orders(spec: Spec, rubric: Rubric, n_items: int) -> tuple[np.ndarray, np.nd
     return cross(option_orders, criterion_orders)
 
 
-def _candidate_plan(spec: Spec, items: list[Item], template) -> tuple[list, np.ndarray]:
-    """The rows and candidate orders of a pairwise or listwise spec (:func:`logitjudge.candidates.plan`)."""
+def _plan(spec: Spec, items: list[Item], rubric: Rubric, template) -> tuple:
+    """(rows, option orders, criterion orders) of a spec: pointwise, no rows (:func:`_orders`); pairwise or
+    listwise, the rows and candidate orders of :func:`logitjudge.candidates.plan` (the candidates of a group are
+    the options) and no criterion orders."""
     from .candidates import CandidateError, plan
 
     pr, od = spec.prompts, spec.orderings
+    if pr.paradigm == "pointwise":
+        if pr.pairs is not None:
+            raise SpecError(f"{spec.where('prompts', 'pairs')}: pairs applies to --paradigm pairwise only")
+        return (None, *_orders(spec, rubric, len(items)))
     if pr.multi_criteria:
         raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: several criteria in one prompt are rubric "
                         f"(pointwise) prompts; {pr.paradigm} prompts ask one criterion each")
-    if template.paradigm != pr.paradigm:
-        raise SpecError(f"{spec.where('prompts', 'template')}: template {template.name!r} lays out "
-                        f"{template.paradigm} prompts, not {pr.paradigm} ones; use the built-in {pr.paradigm!r} "
-                        f"(or pairwise-tie) or a template file with paradigm = \"{pr.paradigm}\"")
     key = "pairs" if pr.pairs is not None and pr.paradigm != "pairwise" else "paradigm"
     try:
-        return plan(items, pr.paradigm, pairs=pr.pairs, orderings=od.options, seed=od.seed,
-                    tie_label=template.tie_label)
+        rows, orders = plan(items, pr.paradigm, pairs=pr.pairs, orderings=od.options, seed=od.seed,
+                            tie_label=template.tie_label)
     except CandidateError as e:
         where = spec.where("orderings", "options") if "orderings" in str(e) else spec.where("prompts", key)
         raise SpecError(f"{where}: {e}") from None
+    return rows, orders, None
 
 
 def _check_writable(path: Path, where: str) -> None:
@@ -237,20 +240,10 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
                         f"({rubric.criteria[0].name!r}); set multi_criteria = false or choose 2+ criteria")
     try:
         name = pr.template or default_template(pr.multi_criteria, pr.paradigm)
-        template = load_template(relative(name, spec.base) if name.endswith(".toml") else name)
+        template = load_template(relative(name, spec.base) if name.endswith(".toml") else name).require(pr.paradigm)
     except PromptError as e:
         raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
-    rows = None
-    if pr.paradigm != "pointwise":  # the candidates of a group are the options: rows and their orders
-        (rows, option_orders), criterion_orders = _candidate_plan(spec, items, template), None
-    elif pr.pairs is not None:
-        raise SpecError(f"{spec.where('prompts', 'pairs')}: pairs applies to --paradigm pairwise only")
-    elif template.paradigm != "pointwise":
-        raise SpecError(f"{spec.where('prompts', 'template')}: template {template.name!r} lays out "
-                        f"{template.paradigm} prompts; set paradigm = \"{template.paradigm}\" (--paradigm "
-                        f"{template.paradigm}) or use a rubric template")
-    else:
-        option_orders, criterion_orders = _orders(spec, rubric, len(items))
+    rows, option_orders, criterion_orders = _plan(spec, items, rubric, template)
     if pr.multi_criteria:
         check_slots(pr.slots, rubric.n_options, rubric.n_criteria, pr.max_continuations)
     human = {it.id: dict(it.human) for it in items if it.human} or None

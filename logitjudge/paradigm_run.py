@@ -15,20 +15,15 @@ import numpy as np
 from .candidates import POINTWISE, Row, candidate_ids, check_paradigm
 from .engine import Engine
 from .orderings import validate
-from .prompts import PromptError, load_template
+from .prompts import load_template
 from .requests import default_template, orders_of, row_prompts
 from .run import Run, RunError, run_fingerprint, run_meta
 from .table import ScoreTable
 
 
 def check_template(template, paradigm: str):
-    """The template loaded and checked against the paradigm (a rubric template cannot lay out candidates)."""
-    t = load_template(template or default_template(False, paradigm))
-    if t.paradigm != paradigm:
-        raise PromptError(f"template {t.name!r} lays out {t.paradigm} prompts, not {paradigm} ones; use the "
-                          f"built-in {default_template(False, paradigm)!r} or a template file with "
-                          f"paradigm = \"{paradigm}\"")
-    return t
+    """The template loaded (None: the built-in of the paradigm's name) and checked against the paradigm."""
+    return load_template(template or default_template(False, paradigm)).require(paradigm)
 
 
 class CandidateRun(Run):
@@ -90,18 +85,12 @@ class CandidateRun(Run):
 
 def audit_rows(engine, lm, rows: list[Row], rubric, option_orders, template, n: int | None, *, rng=0,
                tol: float | None = None):
-    """The exactness audit before a candidate run (:func:`logitjudge.verify.audit_run` on rows): ``n`` prompts
-    drawn from up to ``n`` random rows, against the plain forward; the result goes into ``engine.mode_meta``."""
-    from .judge import default_audit_prompts
-    from .verify import default_tol, verify_exactness
+    """The exactness audit before a candidate run (:func:`logitjudge.verify.audit_prompts` on its rows): ``n``
+    prompts drawn from up to ``n`` random rows, against the plain forward; the result goes into
+    ``engine.mode_meta``."""
+    from .verify import audit_prompts
 
-    template = load_template(template)
-    n = default_audit_prompts(engine.model) if n is None else n
-    gen = np.random.default_rng(rng)
-    picked = sorted(gen.choice(len(rows), size=min(n, len(rows)), replace=False)) if n else []
-    orders = np.asarray(option_orders)
-    groups = [row_prompts(lm, rubric, rows[i], orders_of(orders, i), template) for i in picked]
-    res = verify_exactness(engine, groups, n, rng=gen, tol=default_tol(engine.model) if tol is None else tol)
-    if hasattr(engine, "mode_meta"):
-        engine.mode_meta.update(res.meta())
-    return res
+    template, orders = load_template(template), np.asarray(option_orders)
+    return audit_prompts(engine, len(rows),
+                         lambda i: row_prompts(lm, rubric, rows[i], orders_of(orders, i), template), n, rng=rng,
+                         tol=tol)

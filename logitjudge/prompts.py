@@ -85,6 +85,17 @@ class Template:
             raise PromptError(f"template {where}: tie_label {tie!r} must differ from the slot letters A and B and "
                               "have no surrounding whitespace (e.g. tie_label = \"C\")")
 
+    def require(self, paradigm: str) -> Template:
+        """This template, if it lays out ``paradigm`` prompts (a rubric template cannot lay out candidates, nor a
+        candidate template a rubric); else a PromptError naming both ways out."""
+        if self.paradigm != paradigm:
+            builtin = {"pointwise": "'text-first', 'rubric-first' or 'bracketed'",
+                       "pairwise": "'pairwise' or 'pairwise-tie'", "listwise": "'listwise'"}[paradigm]
+            raise PromptError(f"template {self.name!r} lays out {self.paradigm} prompts, not {paradigm} ones: use a "
+                              f"{paradigm} template (built-in {builtin}), or paradigm = \"{self.paradigm}\" "
+                              f"(--paradigm {self.paradigm}) for this one")
+        return self
+
     # ---- rendering -----------------------------------------------------------------------------------------
     def render_criterion(self, criterion: Criterion, option_order) -> str:
         lines = [self.option_line.format(label=criterion.options[o].label,

@@ -122,7 +122,7 @@ class Run:
 
     def _setup(self, lm, items, rubric, option_orders, template, engine, out, progress, meta) -> None:
         """What every run checks and holds: template, rubric, unique items, option orders, the engine."""
-        self.template = load_template(template)
+        self.template = load_template(template).require("pointwise")  # candidates run as a CandidateRun
         rubric.validate(need_descriptions=self.template.needs_descriptions
                         and "{description}" in self.template.option_line)
         if not items:

@@ -91,7 +91,7 @@ def plain_probs_of_record(model, tok, rec) -> np.ndarray:
 
 
 @pytest.mark.parametrize("paradigm, extra", [("pairwise", []), ("pairwise", ["--template", "tie.toml"]),
-                                             ("pairwise", ["--pairs", "2"]), ("listwise", []),
+                                             ("pairwise", ["--pairs", "2", "--verify", "3"]), ("listwise", []),
                                              ("listwise", ["--orderings", "random:3"])])
 def test_every_probability_equals_a_plain_forward_of_the_dumped_prompt(root, lm, paradigm, extra, tmp_path):
     out, dump = tmp_path / "table.npz", tmp_path / "prompts.jsonl"
@@ -102,6 +102,9 @@ def test_every_probability_equals_a_plain_forward_of_the_dumped_prompt(root, lm,
     t = ScoreTable.load(out)
     tie = "--template" in extra
     assert t.meta["paradigm"] == paradigm and t.meta["tie_label"] == ("equal" if tie else "")
+    if "--verify" in extra:  # the exactness audit before the run draws from the candidate rows' prompts
+        assert t.meta["exactness_audit"]["n_prompts"] == 3
+        assert t.meta["exactness_audit"]["max_abs_prob_diff"] < PROB_ATOL
     recs = [json.loads(x) for x in dump.read_text(encoding="utf-8").splitlines()]
     if paradigm == "pairwise":
         n_pairs = 2 * (2 if "--pairs" in extra else 3)
