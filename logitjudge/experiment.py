@@ -406,12 +406,6 @@ def write_experiment_report(exp: Experiment, table: ScoreTable, results: dict) -
         spec_file["data"] = dict(spec_file["data"], texts=str(Path(exp.data_info["path"]).resolve()))
     (exp.out / "spec.toml").write_text(tomli_w.dumps(spec_file), encoding="utf-8")
     write_report(exp.out, results, spec=spec, table_meta=table.meta, data_info=exp.data_info, title=exp.spec.name)
-    if exp.rows is not None:  # one row per candidate and criterion: its paradigm score
-        from .sections.paradigms import candidate_scores
-
-        write_item_scores(candidate_scores(table, reading=exp.spec.analysis.reading, human=exp.human),
-                          exp.out / "scores.csv")
-        return exp.out
     write_item_scores(item_scores(table, reading=exp.spec.analysis.reading, human=exp.human), exp.out / "scores.csv")
     return exp.out
 

@@ -301,6 +301,15 @@ def test_a_pairwise_run_writes_its_report_and_reuses_its_table(root):
     assert (out / "plots" / "pairwise.png").read_bytes()[:4] == b"\x89PNG"
     scores = (out / "scores.csv").read_text(encoding="utf-8").splitlines()
     assert scores[0].startswith("item_id,group,criterion,paradigm") and len(scores) == 1 + 6
+    # analyze --scores and --export read the candidates, not the rows' candidate numbers as scores
+    assert main(["analyze", str(out / "table.npz"), "--scores", str(out / "again.csv")]) == 0
+    head = (out / "again.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert head.startswith("item_id,group,criterion,paradigm")
+    long = ScoreTable.load(out / "table.npz").to_dataframe()
+    shown = long[long["candidate_id"] != ""]
+    assert set(shown["label"]) == {"A", "B"} and (shown["label"] == shown["position"].map({1: "A", 2: "B"})).all()
+    assert set(long.loc[long["candidate_id"] == "", "label"]) == {"C"}  # the tie, never permuted
+    assert set(shown["candidate_id"]) == {f"t{i}" for i in range(6)}
     stamp = (out / "table.npz").stat().st_mtime_ns
     run_experiment(s, progress=False)
     assert (out / "table.npz").stat().st_mtime_ns == stamp
