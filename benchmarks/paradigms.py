@@ -17,8 +17,9 @@ between orderings, pairwise swap consistency, and the cost (forward calls, trie 
                                    [--datasets hanna,summeval] [--quick]
 
 Prints one comparison table per data set and writes ``benchmarks/results/paradigms.json`` (``paradigms_quick``
-with --quick: 2 groups of 3 items, one data set) with the machine, the settings and every comparison; score
-tables and plots go to ``benchmarks/results/paradigms[_quick]/``, and a rerun reuses the tables.
+with --quick: 2 groups of 3 items of the first data set; ``paradigms_summeval`` for ``--datasets summeval``)
+with the machine, the settings and every comparison; score tables and plots go to
+``benchmarks/results/paradigms[_quick]/``, and a rerun reuses the tables.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def main(argv=None) -> int:
     if args.threads != "auto":
         args.threads = int(args.threads)
     name = "paradigms_quick" if args.quick else "paradigms"
+    json_name = name if datasets == ["hanna", "summeval"][:len(datasets)] else f"{name}_{'_'.join(datasets)}"
     folder = ROOT / "results" / name
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -116,7 +118,7 @@ def main(argv=None) -> int:
         report["datasets"][ds] = {"criterion": crit, "comparison": cmp.to_dict(), "plot": str(plot),
                                   "tables": [t.meta.get("fingerprint") for t in tables]}
     report["machine"]["torch_threads"] = torch.get_num_threads()
-    out = ROOT / "results" / f"{name}.json"
+    out = ROOT / "results" / f"{json_name}.json"  # a run of other data sets does not replace this one
     out.write_text(json.dumps(jsonable(report), indent=2) + "\n", encoding="utf-8")
     print(f"machine: {report['machine']['cpu']}, {report['machine']['torch_threads']} torch threads")
     print(f"wrote {out}")
