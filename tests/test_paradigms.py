@@ -338,6 +338,28 @@ def test_compare_prints_the_table_and_writes_the_plot(root, tmp_path, capsys):
     assert all(x > 0 for x in d["trie_tokens"]) and d["n_items"] == 6
 
 
+@pytest.mark.parametrize("dataset", ["hanna", "summeval"])
+def test_the_benchmark_scores_the_same_items_under_the_three_paradigms(dataset, tmp_path):
+    """benchmarks/paradigms.py's specs (no model): the pairs and the lists hold exactly the pointwise items."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    data = Path(__file__).resolve().parents[1].parent.parent / "shared" / "data"
+    if not (data / dataset).is_dir():
+        pytest.skip(f"no {data / dataset}")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "paradigms.py"
+    mod_spec = importlib.util.spec_from_file_location("benchmarks_paradigms", path)
+    bench = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(bench)
+    args = SimpleNamespace(model="gemma-3-270m", threads=1, data_dir=str(data), groups=2, per_group=3, seed=0)
+    exps = {p: prepare(bench.spec(dataset, p, args, tmp_path)) for p in bench.PARADIGMS}
+    ids = {it.id for it in exps["pointwise"].items}
+    assert len(ids) == 6 and exps["pointwise"].rubric.criteria[0].name == bench.CRITERION[dataset]
+    assert {c.id for r in exps["pairwise"].rows for c in r.candidates} == ids and len(exps["pairwise"].rows) == 6
+    assert [len(r.candidates) for r in exps["listwise"].rows] == [3, 3]
+    assert {c.id for r in exps["listwise"].rows for c in r.candidates} == ids
+
+
 @pytest.mark.slow
 def test_parity_gemma_pairwise_and_listwise(gemma_lm):
     """The built-in judge: every label of a pair under both orders (FastChat's tie template: labels "A]]" of
