@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--human", default=None, help="JSONL with id and human scores (as analyze takes it)")
     src.add_argument("--dataset", default=None, help="read the human scores of this data set (hanna, summeval, ...)")
     c.add_argument("--data-dir", default=None, help="the data sets folder (with --dataset; unset: $LOGITJUDGE_DATA)")
-    c.add_argument("--criteria", default=None, help="comma-separated criteria (default: every one the tables share)")
+    c.add_argument("--criteria", default=None, help="comma-separated criteria; unset: every one the tables share")
     c.add_argument("--reading", default="greedy", choices=["greedy", "sampled"],
                    help="greedy: each prompt's answered label; sampled: a judge sampling at T=1 (exact expectations)")
     c.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals")
