@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 
+from .candidates import known_ids
 from .human import HumanScoresError, read_human_scores
 from .sections import SECTIONS, Context, Partial, Section, Skip, format_markdown
 from .stats._result import StatsError, jsonable
@@ -38,8 +39,9 @@ def _run(section: Section, ctx: Context, c: int | None, skipped: dict):
 
 def _compute(ctx: Context) -> tuple[dict, dict]:
     """{section name: {criterion: result} or result or None}, and the reasons for what was skipped."""
-    skipped = {s.name: s.requires(ctx) for s in SECTIONS}
-    active = [s for s in SECTIONS if skipped[s.name] is None]
+    applies = [s for s in SECTIONS if ctx.paradigm in s.paradigms]  # the others read another kind of table
+    skipped = {s.name: s.requires(ctx) for s in applies}
+    active = [s for s in applies if skipped[s.name] is None]
     skipped = {k: v for k, v in skipped.items() if v is not None}
     out: dict = {s.name: None for s in SECTIONS}
     for s in active:
@@ -70,7 +72,9 @@ def analyze(table: ScoreTable, *, human: dict | None = None, groups: dict | None
     result: dict = {"verdict": "", "table": {
         "n_items": table.n_items, "n_criteria": len(ctx.criteria), "n_orderings": table.probs.shape[2],
         "n_options": table.n_options, "criteria": ctx.criteria, "design": ctx.design,
-        "criterion_order_varies": bool(np.any(table.criterion_orders != table.criterion_orders[0]))},
+        "criterion_order_varies": bool(np.any(table.criterion_orders != table.criterion_orders[0])),
+        "paradigm": ctx.paradigm, "n_candidates": len(known_ids(table)),
+        "n_groups": 0 if ctx.groups is None else int(np.unique(ctx.groups[ctx.groups != ""]).size)},
         "settings": {"n_boot": ctx.n_boot, "rng": jsonable(rng) if isinstance(rng, int) else str(rng),
                      "method": method, "n_draws": n_draws, "reading": ctx.reading}}
     with warnings.catch_warnings(record=True) as caught:
@@ -80,5 +84,5 @@ def analyze(table: ScoreTable, *, human: dict | None = None, groups: dict | None
     result["skipped"] = skipped
     result["warnings"] = sorted({str(w.message) for w in caught})
     result = jsonable(result)
-    result["verdict"] = "; ".join(v for s in SECTIONS for v in s.verdict(result))
+    result["verdict"] = "; ".join(v for s in SECTIONS if ctx.paradigm in s.paradigms for v in s.verdict(result))
     return result

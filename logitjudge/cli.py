@@ -1,4 +1,4 @@
-"""Command line: logitjudge score | analyze | run | probe | demo (also python -m logitjudge).
+"""Command line: logitjudge score | analyze | run | probe | compare | demo (also python -m logitjudge).
 
 score and probe build a spec from their flags and run it as run runs a TOML spec; the flags, their choices,
 defaults and help are the fields of logitjudge.spec. run takes the same --limit, --threads, --token-budget,
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(r, ModelSpec, only=("threads", "token_budget"), dest_prefix="model.", defaults=False)
     add_flags(r, DataSpec, only=("dir", "limit"), dest_prefix="data.", defaults=False)
     add_flags(r, Spec, only=("dump_prompts",), defaults=False)
+    add_flags(r, PromptSpec, only=("paradigm", "pairs"), dest_prefix="prompts.", defaults=False)
     _quiet(r)
     r.add_argument("--force", action="store_true", help=FORCE_HELP)
 
@@ -118,6 +119,22 @@ def build_parser() -> argparse.ArgumentParser:
     _quiet(p)
     p.add_argument("--force", action="store_true", help=FORCE_HELP)
 
+    c = command("compare", "pointwise, pairwise and listwise tables of the same items side by side: agreement with "
+                           "humans, position bias of the answered slot, top-1 stability and cost")
+    c.add_argument("tables", nargs="+", help="score tables (.npz) of the same items, one per paradigm")
+    src = c.add_mutually_exclusive_group(required=True)
+    src.add_argument("--human", default=None, help="JSONL with id and human scores (as analyze takes it)")
+    src.add_argument("--dataset", default=None, help="read the human scores of this data set (hanna, summeval, ...)")
+    c.add_argument("--data-dir", default=None, help="the data sets folder (with --dataset; unset: $LOGITJUDGE_DATA)")
+    c.add_argument("--criteria", default=None, help="comma-separated criteria; unset: every one the tables share")
+    c.add_argument("--reading", default="greedy", choices=["greedy", "sampled"],
+                   help="greedy: each prompt's answered label; sampled: a judge sampling at T=1 (exact expectations)")
+    c.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals")
+    c.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of sampled answers")
+    c.add_argument("--plot", default="compare.png",
+                   help="the PNG to write (several criteria: one per criterion, NAME-<criterion>.png)")
+    c.add_argument("--json", default=None, metavar="FILE", help="also write the comparisons to FILE as JSON")
+
     d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo", help="report folder")
     d.add_argument("--model", default="gemma-3-270m", help="judge model id or folder")
@@ -131,8 +148,10 @@ def cmd_score(args) -> int:
     exp = prepare(from_flags(args), force=args.force)  # everything but the model is checked here
     preflight(exp)  # the tokenizer and config alone
     table = score_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
-    print(f"wrote {exp.table_path}: {table.shape[0]} items x {table.shape[1]} criteria x {table.shape[2]} "
-          f"orderings x {table.shape[3]} options")
+    rows = {"pairwise": "pairs", "listwise": "lists"}.get(exp.spec.prompts.paradigm, "items")
+    labels = "options" if rows == "items" else "labels"
+    print(f"wrote {exp.table_path}: {table.shape[0]} {rows} x {table.shape[1]} criteria x {table.shape[2]} "
+          f"orderings x {table.shape[3]} {labels}")
     return 0
 
 
@@ -224,12 +243,47 @@ def cmd_run(args) -> int:
 
     over = {"model": {"threads": getattr(args, "model.threads"), "token_budget": getattr(args, "model.token_budget")},
             "data": {"dir": getattr(args, "data.dir"), "limit": getattr(args, "data.limit")},
-            "": {"dump_prompts": args.dump_prompts}}
+            "": {"dump_prompts": args.dump_prompts},
+            "prompts": {"paradigm": getattr(args, "prompts.paradigm"), "pairs": getattr(args, "prompts.pairs")}}
     res = run_experiment(args.spec, out=args.out, overrides=over, progress=not args.quiet, force=args.force)
     print(res["verdict"])
     print(f"report: {res['report']}")
     if "probe_report" in res:
         print(f"probe page: {res['probe_report']}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    import json
+
+    from .analysis import read_human_scores
+    from .report.compare import comparison_table, plot_comparison
+    from .sections.paradigms import compare_tables
+    from .stats import jsonable
+    from .table import ScoreTable
+
+    tables = [ScoreTable.load(t) for t in args.tables]
+    if args.human:
+        human, _ = read_human_scores(args.human)
+    else:
+        from .data import load_dataset
+
+        human = {it.id: dict(it.human) for it in load_dataset(args.dataset, args.data_dir).items if it.human}
+    criteria = [x.strip() for x in args.criteria.split(",") if x.strip()] if args.criteria else None
+    res = compare_tables(tables, human, criteria=criteria, reading=args.reading, n_boot=args.n_boot,
+                         rng=args.seed)
+    plot = Path(args.plot)
+    if plot.suffix.lower() != ".png":
+        raise UsageError(f"--plot {plot}: the plot is a PNG; give a file name ending in .png")
+    for name, cmp in res.items():
+        path = plot if len(res) == 1 else plot.with_name(f"{plot.stem}-{name}{plot.suffix}")
+        print(f"## {name}\n\n{comparison_table(cmp)}")
+        print(f"wrote {plot_comparison(cmp, path)}", file=sys.stderr)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(jsonable({k: v for k, v in res.items()}), indent=2) + "\n",
+                                   encoding="utf-8")
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0
 
 
@@ -239,7 +293,8 @@ def cmd_demo(args) -> int:
     return run_demo(args.out, model=args.model)
 
 
-COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo, "probe": cmd_probe}
+COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo, "probe": cmd_probe,
+            "compare": cmd_compare}
 
 
 class UsageError(LogitJudgeError, ValueError):

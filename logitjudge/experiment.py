@@ -30,6 +30,9 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     multi_criteria = false
     slots = "greedy"                   # greedy | marginal (multi-criteria only)
     max_continuations = 20000
+    paradigm = "pointwise"             # pointwise | pairwise | listwise (the items of a group compared in one
+                                       # prompt; template default: "pairwise" / "listwise")
+    # pairs = 10                       # pairwise: K random pairs per group (default: every pair)
     [orderings]
     options = "balanced"               # balanced | all | random:K | balanced+random:R | shared-random:K | fixed:K
     criteria = "balanced"              # criterion orders (multi-criteria only; every option order is
@@ -110,6 +113,7 @@ class Experiment:
     human: dict | None
     systems: dict | None
     data_info: dict
+    rows: list | None = None  # pairwise / listwise: the candidate rows (logitjudge.candidates); None: pointwise
 
 
 def _load_items(spec: Spec, data_dir) -> tuple[list[Item], Rubric, dict]:
@@ -206,6 +210,30 @@ def _outputs(spec: Spec, table_path: Path, probe_path: Path, probing: bool) -> l
     return outs
 
 
+def _plan(spec: Spec, items: list[Item], rubric: Rubric, template) -> tuple:
+    """(rows, option orders, criterion orders) of a spec: pointwise, no rows (:func:`_orders`); pairwise or
+    listwise, the rows and candidate orders of :func:`logitjudge.candidates.plan` (the candidates of a group are
+    the options) and no criterion orders."""
+    from .candidates import CandidateError, plan
+
+    pr, od = spec.prompts, spec.orderings
+    if pr.paradigm == "pointwise":
+        if pr.pairs is not None:
+            raise SpecError(f"{spec.where('prompts', 'pairs')}: pairs applies to --paradigm pairwise only")
+        return (None, *_orders(spec, rubric, len(items)))
+    if pr.multi_criteria:
+        raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: several criteria in one prompt are rubric "
+                        f"(pointwise) prompts; {pr.paradigm} prompts ask one criterion each")
+    key = "pairs" if pr.pairs is not None and pr.paradigm != "pairwise" else "paradigm"
+    try:
+        rows, orders = plan(items, pr.paradigm, pairs=pr.pairs, orderings=od.options, seed=od.seed,
+                            tie_label=template.tie_label)
+    except CandidateError as e:
+        where = spec.where("orderings", "options") if "orderings" in str(e) else spec.where("prompts", key)
+        raise SpecError(f"{where}: {e}") from None
+    return rows, orders, None
+
+
 def _inputs(spec: Spec, info: dict, spec_file) -> list:
     """The files the run reads, as (label, path): none of them may be written."""
     d, template = spec.data, spec.prompts.template or ""
@@ -243,16 +271,17 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
         raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: the rubric has a single criterion "
                         f"({rubric.criteria[0].name!r}); set multi_criteria = false or choose 2+ criteria")
     try:
-        name = pr.template or default_template(pr.multi_criteria)
-        template = load_template(relative(name, spec.base) if name.endswith(".toml") else name)
+        name = pr.template or default_template(pr.multi_criteria, pr.paradigm)
+        template = load_template(relative(name, spec.base) if name.endswith(".toml") else name).require(pr.paradigm)
     except PromptError as e:
         raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
-    option_orders, criterion_orders = _orders(spec, rubric, len(items))
-    k, n = option_orders.shape[-2], rubric.n_options
+    rows, option_orders, criterion_orders = _plan(spec, items, rubric, template)
+    units = len(items) if rows is None else len(rows)
+    k, n = option_orders.shape[-2], option_orders.shape[-1]
     try:  # the scores table (and its label mass) the orders make, before a batch is scored
-        check_memory(f"{spec.where('orderings', 'options')}: a table of {len(items):,} items x "
+        check_memory(f"{spec.where('orderings', 'options')}: a table of {units:,} items x "
                      f"{rubric.n_criteria} criteria x {k:,} orderings x {n} options would",
-                     len(items) * rubric.n_criteria * k * (n + 1) * 8, "use fewer orderings or items")
+                     units * rubric.n_criteria * k * (n + 1) * 8, "use fewer orderings or items")
     except OrderingError as e:
         raise SpecError(str(e)) from None
     if pr.multi_criteria:
@@ -274,7 +303,7 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
         except ModelError as e:
             raise SpecError(f"{spec.where('model', key)}: {e}") from None
     exp = Experiment(spec, out_path, table_path, probe_path, items, rubric, template, option_orders,
-                     criterion_orders, human, systems, info)
+                     criterion_orders, human, systems, info, rows)
     probing = probe_settings(exp) is not None  # the [probe] section too is checked before any model loads
     try:
         check_outputs(_outputs(spec, table_path, probe_path, probing), _inputs(spec, info, spec_file), force=force)
@@ -312,6 +341,11 @@ def judge_engine(exp: Experiment, lm):
 
     od, pr, m = exp.spec.orderings, exp.spec.prompts, exp.spec.model
     engine = Engine(lm, token_budget=m.token_budget, prefix_mode=m.prefix_mode)
+    if exp.rows is not None:
+        from .paradigm_run import audit_rows
+
+        audit_rows(engine, lm, exp.rows, exp.rubric, exp.option_orders, exp.template, m.verify, rng=od.seed)
+        return engine
     audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None if pr.multi_criteria else exp.template,
               m.verify, rng=od.seed)
     return engine
@@ -328,6 +362,8 @@ def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True)
     meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,
             "criterion_orderings": od.criteria if pr.multi_criteria else None}
     engine = engine or judge_engine(exp, lm)
+    if exp.rows is not None:
+        return _score_rows(exp, lm, engine, meta, progress)
     run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
               template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,
               max_continuations=pr.max_continuations, progress=progress, meta=meta)
@@ -337,12 +373,28 @@ def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True)
     return run.execute()
 
 
+def _score_rows(exp: Experiment, lm, engine, meta: dict, progress: bool) -> ScoreTable:
+    """A pairwise or listwise experiment's candidate table (:class:`logitjudge.paradigm_run.CandidateRun`)."""
+    from .paradigm_run import CandidateRun
+    from .requests import dump_candidate_prompts
+
+    pr = exp.spec.prompts
+    meta = dict(meta, pairs=pr.pairs)
+    run = CandidateRun(lm, exp.rows, exp.rubric, exp.option_orders, paradigm=pr.paradigm, template=exp.template,
+                       engine=engine, out=exp.table_path, progress=progress, meta=meta)
+    if exp.spec.dump_prompts:
+        dump_candidate_prompts(lm, exp.rows, exp.rubric, exp.option_orders, run.template, exp.spec.dump_prompts,
+                               paradigm=pr.paradigm)
+    return run.execute()
+
+
 def analyze_experiment(exp: Experiment, table: ScoreTable) -> dict:
     """The analysis of the table: human scores and systems from the data, groups from the items."""
     from .analysis import analyze
 
     a = exp.spec.analysis
-    return analyze(table, human=exp.human, systems=exp.systems, rng=a.seed, n_boot=a.n_boot, method=a.method,
+    systems = exp.systems if exp.rows is None else None  # a candidate table ranks within groups
+    return analyze(table, human=exp.human, systems=systems, rng=a.seed, n_boot=a.n_boot, method=a.method,
                    n_draws=a.n_draws, reading=a.reading)
 
 
@@ -433,6 +485,9 @@ def probe_settings(exp: Experiment) -> dict | None:
                         f"criteria {names}")
     if exp.criterion_orders is not None:
         raise SpecError("spec [probe]: probing reads one criterion per prompt; run it without multi_criteria")
+    if exp.rows is not None:
+        raise SpecError(f"spec [probe]: probing reads rubric prompts; run it with paradigm = \"pointwise\" (this "
+                        f"spec is {exp.spec.prompts.paradigm})")
     kinds = tuple(p.sites or KINDS)
     try:
         probes = check_probe_args(p.probes, exp.option_orders, pairs=p.pairs, kinds=kinds)

@@ -37,7 +37,8 @@ SCORE_ARRAYS = ("probs", "label_mass", "option_orders", "criterion_orders", "val
 PROBE_ARRAYS = ("item_ids", "option_orders", "labels", "criterion", "probs", "meta")
 DUMP_KEYS = {"item_id", "criterion", "ordering", "option_order", "prompt", "prompt_tokens", "continuations"}
 EXPORT_COLUMNS = {"item_id", "group", "criterion", "ordering", "option", "label", "value", "position",
-                  "position_index", "criterion_position", "prob", "label_mass", "model_id", "template", "dtype"}
+                  "position_index", "criterion_position", "prob", "label_mass", "model_id", "template", "dtype",
+                  "candidate_id"}  # candidate_id: pairwise and listwise tables (ScoreTable.to_long)
 
 
 def _head(p: Path, n: int = 1 << 16) -> bytes:
@@ -118,9 +119,10 @@ def _starts(*prefixes: bytes, contains: bytes = b""):
 
 
 def _scores_columns() -> set:
+    from .sections.paradigms import CANDIDATE_COLUMNS
     from .sections.scores import COLUMNS
 
-    return set(COLUMNS)
+    return set(COLUMNS) | set(CANDIDATE_COLUMNS)  # a rubric table's per-item scores, or a candidate table's
 
 
 # kind -> (what it is, in a message; recogniser). A recogniser reads as little of the file as it can.

@@ -35,6 +35,9 @@ def preflight(exp: Experiment) -> None:
     tokenizer = load_tokenizer(source)
     config = load_config(source)
     probe = _TokenizerOnly(tokenizer)
+    if exp.rows is not None:  # pairwise / listwise: every row's first ordering, labels and context at once
+        _check_rows(exp, tokenizer, context_length(config, tokenizer))
+        return
     item, orders = exp.items[0], orders_of(np.asarray(exp.option_orders), 0)
     if exp.criterion_orders is None:
         requests = first_requests(exp.rubric, item, orders[:1])  # one per criterion
@@ -81,6 +84,18 @@ def _check_context(exp: Experiment, tokenizer, max_length: int, chunk: int = 256
                 raise SpecError(f"item {it.id!r}, criterion {rubric.criteria[c].name!r}: the prompt is "
                                 f"{len(tokens):,} tokens long but the model's context is {max_length:,} tokens "
                                 "(from its config); shorten the text or use a model with a longer context")
+
+
+def _check_rows(exp: Experiment, tokenizer, max_length: int) -> None:
+    """A pairwise or listwise run's prompts of every row's first ordering, encoded as the run encodes them: its
+    labels (each candidate's slot letter, the tie) and its length against the model's context (a row's prompt
+    holds all its candidates' texts, so a long group is refused here, before the model loads)."""
+    from .requests import orders_of, row_prompts
+
+    probe = _TokenizerOnly(tokenizer, max_length=max_length)
+    orders = np.asarray(exp.option_orders)
+    for i, row in enumerate(exp.rows):
+        row_prompts(probe, exp.rubric, row, orders_of(orders, i)[:1], exp.template)
 
 
 @dataclass(frozen=True)

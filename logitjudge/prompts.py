@@ -12,6 +12,7 @@ import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .candidates import LETTERS, PARADIGMS
 from .errors import LogitJudgeError
 from .rubric import Criterion, Rubric
 from .tomlfile import read_toml
@@ -31,6 +32,13 @@ class Template:
     ``criterion_block`` placeholders: {name} {description} {options}; ``option_line``: {label} {description}
     {position} (1-based). ``answer_prefix`` placeholders: {name}. Multi-criteria prompts use ``slot_line``
     ({name}) as the forced prefix of each answer line, joined by ``slot_separator``.
+
+    ``paradigm``: the prompts a template lays out: ``pointwise`` (a text scored on the rubric) or ``pairwise`` /
+    ``listwise`` (candidates compared, :mod:`logitjudge.candidates`): there the options are the candidates, so
+    ``{rubric}`` lists them through ``criterion_block`` ({name}, {description}: the criterion's; {options}) and
+    ``option_line`` ({label}: the letter of the slot, "A" shown first; {description}: the candidate's text),
+    ``{context_block}`` shows the group's context, and the body needs no ``{text}``. ``tie_label`` (pairwise
+    only): one more answer, never permuted and not listed as a candidate ("" = none).
     """
 
     name: str = "text-first"
@@ -46,6 +54,8 @@ class Template:
     slot_separator: str = "\n"
     chat: bool = False  # wrap the body in the tokenizer's chat template, then the answer prefix
     needs_descriptions: bool = True
+    paradigm: str = "pointwise"  # pointwise | pairwise | listwise (logitjudge.candidates)
+    tie_label: str = ""  # pairwise templates: the answer for a tie ("" = no tie label)
 
     @classmethod
     def load(cls, path: str | Path) -> Template:
@@ -66,14 +76,16 @@ class Template:
                 raise PromptError(f"template file {p}: '{key}' must be {kind}, got {type(value).__name__} "
                                   f"({value!r:.40})")
         base = d.pop("base", None)
+        paradigm = d.get("paradigm", "pointwise")
         if base is not None:
             fields = {**asdict(builtin_template(base)), "name": p.stem, **d}
         else:
-            missing = [k for k in LAYOUT if k not in d]
+            layout = LAYOUT if paradigm == "pointwise" else CANDIDATE_LAYOUT
+            missing = [k for k in layout if k not in d]
             if missing:
                 raise PromptError(
                     f"template file {p}: missing keys {missing}; a template file sets every key that lays out the "
-                    f"prompt ({', '.join(LAYOUT)}), or names the built-in template it changes, e.g. "
+                    f"prompt ({', '.join(layout)}), or names the built-in template it changes, e.g. "
                     f'base = "text-first" (built-ins: {", ".join(builtin_names())})')
             fields = {"name": p.stem, **d}
         t = cls(**fields)
@@ -81,10 +93,36 @@ class Template:
             problem = _placeholder_problem(getattr(t, key), allowed)
             if problem:
                 raise PromptError(f"template file {p}: '{key}' {problem}")
-        for key, need in (("body", "{text}"), ("body", "{rubric}"), ("option_line", "{label}")):
+        needs = (("body", "{text}"), ("body", "{rubric}"), ("option_line", "{label}"))
+        if t.paradigm != "pointwise":  # candidates are the options: their text is each option's {description}
+            needs = (("body", "{rubric}"), ("option_line", "{label}"), ("option_line", "{description}"))
+        for key, need in needs:
             if need not in getattr(t, key):
                 raise PromptError(f"template file {p}: '{key}' must contain {need}")
+        t.check_paradigm(str(p))
         return t
+
+    def check_paradigm(self, where: str) -> None:
+        """The ``paradigm`` and ``tie_label`` fields (class doc)."""
+        if self.paradigm not in PARADIGMS:
+            raise PromptError(f"template {where}: paradigm {self.paradigm!r} is not one of {list(PARADIGMS)}")
+        tie = self.tie_label
+        if tie and self.paradigm != "pairwise":
+            raise PromptError(f"template {where}: tie_label applies to pairwise templates only; remove it")
+        if tie and (tie != tie.strip() or tie in LETTERS[:2]):
+            raise PromptError(f"template {where}: tie_label {tie!r} must differ from the slot letters A and B and "
+                              "have no surrounding whitespace (e.g. tie_label = \"C\")")
+
+    def require(self, paradigm: str) -> Template:
+        """This template, if it lays out ``paradigm`` prompts (a rubric template cannot lay out candidates, nor a
+        candidate template a rubric); else a PromptError naming both ways out."""
+        if self.paradigm != paradigm:
+            builtin = {"pointwise": "'text-first', 'rubric-first' or 'bracketed'",
+                       "pairwise": "'pairwise' or 'pairwise-tie'", "listwise": "'listwise'"}[paradigm]
+            raise PromptError(f"template {self.name!r} lays out {self.paradigm} prompts, not {paradigm} ones: use a "
+                              f"{paradigm} template (built-in {builtin}), or paradigm = \"{self.paradigm}\" "
+                              f"(--paradigm {self.paradigm}) for this one")
+        return self
 
     # ---- rendering -----------------------------------------------------------------------------------------
     def render_criterion(self, criterion: Criterion, option_order) -> str:
@@ -108,6 +146,8 @@ class Template:
 # The keys that lay out a prompt: a template file sets all of them or names a base (Template.load).
 LAYOUT = ("body", "context_block", "criterion_block", "option_line", "criteria_separator", "answer_prefix",
           "slot_line", "slot_separator")
+# A pairwise or listwise template lays out one criterion and no answer slots (multi-criteria is refused there).
+CANDIDATE_LAYOUT = ("body", "context_block", "criterion_block", "option_line", "answer_prefix")
 # The placeholders each key may use (render_body, render_criterion, requests.render); {{ }} for a literal brace.
 PLACEHOLDERS = {"body": ("instructions", "context_block", "text", "rubric"), "context_block": ("context",),
                 "criterion_block": ("name", "description", "options"),

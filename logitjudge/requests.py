@@ -9,6 +9,11 @@ in the tokenizer's chat template in both cases. The ``--dump-prompts`` JSONL is 
 
 Option orders are either shared by all items, ``(K, n)``, or per item, ``(I, K, n)``: item ``i`` uses its own
 rows (:func:`orders_of`).
+
+Pairwise and listwise prompts are the same requests on a candidate rubric (:func:`candidate_rubric`): the
+options are a row's candidates (:mod:`logitjudge.candidates`), each labelled by the letter of the slot it is
+shown at, so one request per (criterion, ordering) of a row, rendered, encoded and dumped by the functions
+below.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .candidates import LETTERS, POINTWISE, Row
 from .items import Item
-from .orderings import validate
+from .orderings import inverse, validate
 from .prompts import EncodedPrompt, PromptError, Template, encode_prompt, wrap_chat
-from .rubric import Rubric
+from .rubric import Criterion, Rubric, ScoreOption
 
 
 @dataclass(frozen=True)
@@ -43,8 +49,10 @@ class Request:
         return self.criterion_order[len(self.answers)]
 
 
-def default_template(multi: bool) -> str:
-    """The built-in template a run uses when none is given."""
+def default_template(multi: bool, paradigm: str = POINTWISE) -> str:
+    """The built-in template a run uses when none is given (pairwise and listwise: the template of that name)."""
+    if paradigm != POINTWISE:
+        return paradigm
     return "multi-criteria" if multi else "text-first"
 
 
@@ -134,5 +142,71 @@ def dump_prompts(lm, items: list[Item], rubric: Rubric, option_orders, template:
         for i, it in enumerate(items):
             for req in first_requests(rubric, it, orders_of(orders, i), criterion_orders):
                 rec = dump_record(template, rubric, req, encode(lm, template, rubric, req))
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return p
+
+
+# ---- candidates: pairwise and listwise prompts -------------------------------------------------------------
+def candidate_rubric(criterion: Criterion, row: Row, order, *, tie_label: str = "", instructions: str = "",
+                     name: str = "candidates") -> Rubric:
+    """The candidates of ``row`` as a one-criterion rubric under ``order`` (the candidate at each slot): option c
+    is candidate c (canonical order) with the letter of the slot it is shown at as its label and its text as
+    its description; the tie label, if any, is one more option after them (value 0; never listed). Values are
+    the candidates' numbers 1..m: identifiers, not scores."""
+    pos = inverse(np.asarray(order)[None, :len(row.candidates)])[0]
+    opts = [ScoreOption(float(c + 1), LETTERS[pos[c]], cand.text) for c, cand in enumerate(row.candidates)]
+    if tie_label:
+        opts.append(ScoreOption(0.0, tie_label, "a tie"))
+    return Rubric((Criterion(criterion.name, tuple(opts), criterion.description),), instructions, name)
+
+
+def candidate_requests(rubric: Rubric, row: Row, option_orders, tie_label: str = "") -> list[tuple]:
+    """(candidate rubric, request) per (criterion, ordering) of a row, criterion-major: index c * K + k. The
+    request shows the candidate slots only (the tie label, last in every order, is not listed)."""
+    m = len(row.candidates)
+    out = []
+    for crit in rubric.criteria:
+        for k, order in enumerate(option_orders):
+            order = tuple(map(int, order))
+            if tie_label and order[m:] != (m,):
+                raise PromptError(f"row {row.id!r}, ordering {k}: the tie label must stay last, got order {order}")
+            crub = candidate_rubric(crit, row, order, tie_label=tie_label, instructions=rubric.instructions,
+                                    name=rubric.name)
+            out.append((crub, Request(row.item, order[:m], (0,), ordering=k)))
+    return out
+
+
+def encode_candidates(lm, template: Template, crub: Rubric, req: Request, row: Row) -> EncodedPrompt:
+    """A candidate request's prompt tokens and each label's continuation tokens (canonical candidate order, the
+    tie last): :func:`render` and the exact label boundary of rubric prompts."""
+    for cand in row.candidates:
+        if not isinstance(cand.text, str) or not cand.text.strip():
+            raise PromptError(f"item {cand.id!r} (a candidate of {row.id!r}): the text is empty")
+    where = f"row {row.id!r}, criterion {crub.criteria[0].name!r}, ordering {req.ordering}"
+    prompt = render(template, lm.tokenizer, crub, req)
+    return encode_prompt(lm.tokenizer, prompt, [template.continuation(lab) for lab in crub.criteria[0].labels],
+                         add_special_tokens=not template.chat, max_length=lm.max_length, where=where)
+
+
+def row_prompts(lm, rubric: Rubric, row: Row, option_orders, template: Template) -> list[EncodedPrompt]:
+    """Every prompt of one candidate row, criterion-major: index c * K + k (as :func:`item_prompts`)."""
+    return [encode_candidates(lm, template, crub, req, row)
+            for crub, req in candidate_requests(rubric, row, option_orders, template.tie_label)]
+
+
+def dump_candidate_prompts(lm, rows: list[Row], rubric: Rubric, option_orders, template: Template, path,
+                           *, paradigm: str) -> Path:
+    """The ``--dump-prompts`` JSONL of a pairwise or listwise run: the records of :func:`dump_prompts` (``item_id``
+    is the row's id, ``labels`` each candidate's letter in canonical order, the tie last; ``option_order`` the
+    candidate at each slot) plus ``paradigm`` and ``candidates`` (the item ids, canonical order)."""
+    orders = validate(option_orders, per_item=True, n_items=len(rows))
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", encoding="utf-8") as f:
+        for i, row in enumerate(rows):
+            for crub, req in candidate_requests(rubric, row, orders_of(orders, i), template.tie_label):
+                rec = dump_record(template, crub, req, encode_candidates(lm, template, crub, req, row))
+                rec.update(paradigm=paradigm, candidates=row.candidate_ids,
+                           option_order=[int(x) for x in orders_of(orders, i)[req.ordering]])
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return p

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import distributed
 from .checkpoint import ARRAYS, SCORES, Checkpoint, CheckpointError, scan
-from .engine import Engine, EngineError, Job, NonFiniteError, prompt_job
+from .engine import Engine, EngineError, Job, NonFiniteError
 from .errors import LogitJudgeError, ProbeError
 from .orderings import fixed, validate
 from .probe.patching import KINDS, make_sites
@@ -39,7 +39,16 @@ from .probe.table import ProbeTable
 from .progress import Interrupted, Plan, Progress
 from .prompts import load_template
 from .requests import default_template, item_prompts, orders_of
-from .steps import SLOT_FUNCTIONS, SLOT_JOBS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
+from .steps import (
+    SLOT_FUNCTIONS,
+    SLOT_JOBS,
+    WINDOW,
+    MultiCriteriaError,
+    batch_jobs,
+    check_slots,
+    plan_batches,
+    score_batch,
+)
 from .table import ScoreTable, TableError, bad_distributions
 
 log = logging.getLogger(__name__)
@@ -113,7 +122,7 @@ class Run:
 
     def _setup(self, lm, items, rubric, option_orders, template, engine, out, progress, meta) -> None:
         """What every run checks and holds: template, rubric, unique items, option orders, the engine."""
-        self.template = load_template(template)
+        self.template = load_template(template).require("pointwise")  # candidates run as a CandidateRun
         rubric.validate(need_descriptions=self.template.needs_descriptions
                         and "{description}" in self.template.option_line)
         if not items:
@@ -161,19 +170,27 @@ class Run:
                             self.lm, self.template, self.rubric, self.items[i], orders_of(self.option_orders, i),
                             self.criterion_orders))
                 continue
-            prompts = self._encoded.pop(w, None) or [
-                item_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i), self.template)
-                for i in window]
+            prompts = self._encoded.pop(w, None) or [self.item_prompts(i) for i in window]
             if keep:
                 size = sum(len(p.prompt_ids) for g in prompts for p in g)
                 if self._kept + size <= KEEP_ENCODED:
                     self._encoded[w], self._kept = prompts, self._kept + size
             for batch in plan_batches(prompts, self.engine.token_budget):
                 if any(self.items[window[b]].id not in done for b in batch):
-                    ps = [prompts[b] for b in batch]
+                    ps, keys = [prompts[b] for b in batch], self.trie_keys([window[b] for b in batch])
                     yield Batch([window[b] for b in batch],
-                                lambda idx, ps=ps: score_batch(self.engine, ps, self.rubric.n_criteria),
-                                sum(len(p) for p in ps), lambda ps=ps: [prompt_job(g) for g in ps])
+                                lambda idx, ps=ps, keys=keys: score_batch(self.engine, ps, self.rubric.n_criteria,
+                                                                          share=keys),
+                                sum(len(p) for p in ps), lambda ps=ps, keys=keys: batch_jobs(ps, keys))
+
+    def item_prompts(self, i: int) -> list:
+        """Item ``i``'s single-criterion prompts, criterion-major (c * K + k)."""
+        return item_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i), self.template)
+
+    def trie_keys(self, idx: list[int]) -> list | None:
+        """Which items of a batch run as one token trie (:func:`logitjudge.steps.trie_groups`); None: each item
+        its own (the items of a rubric run share nothing but the instructions)."""
+        return None
 
     def plan(self, owned: list[int], ckpt: Checkpoint) -> Plan:
         """What the run still has to do, counted from its batches' prompts without the model (the start line

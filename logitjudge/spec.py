@@ -90,6 +90,12 @@ class PromptSpec:
     slots: str = opt("greedy", "multi-criteria: earlier slots hold their most probable label (greedy) or are "
                      "summed over exactly (marginal)", choices=("greedy", "marginal"))
     max_continuations: int = opt(20000, "marginal-mode budget of label continuations per prompt", minimum=1)
+    paradigm: str = opt("pointwise", "pointwise: each text scored on the rubric | pairwise: two items of a group "
+                        "per prompt, both orders, labels A/B | listwise: a group's items (2-26, equal-size "
+                        "groups) in one prompt, labels A..Z, candidate orders from --orderings",
+                        choices=("pointwise", "pairwise", "listwise"))
+    pairs: int | None = opt(None, "pairwise: K random pairs per group (seeded with --seed); unset: every pair",
+                            kind="int", minimum=1, example="10")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import itertools
 
 import numpy as np
 
-from .engine import Engine, Job, continuation_logprobs, distribution, label_reads
+from .engine import Engine, Job, NonFiniteError, continuation_logprobs, distribution, label_reads, prompt_job
 from .errors import LogitJudgeError
 from .prompts import EncodedPrompt
 from .requests import encode, slot_request
@@ -50,15 +50,56 @@ def plan_batches(prompts: list[list[EncodedPrompt]], budget: int) -> list[list[i
     return out
 
 
-def score_batch(engine: Engine, prompts: list[list[EncodedPrompt]], n_criteria: int) -> list[tuple]:
-    """(probs[C, K, n], mass[C, K]) of each item of a batch from its criterion-major prompts (c * K + k)."""
+def score_batch(engine: Engine, prompts: list[list[EncodedPrompt]], n_criteria: int, share=None) -> list[tuple]:
+    """(probs[C, K, n], mass[C, K]) of each item of a batch from its criterion-major prompts (c * K + k).
+    ``share``: a key per item (:func:`trie_groups`); the items of one key run as one token trie (the pairs of a
+    group share the instructions and the group's context, computed once), which changes a number only as any
+    other batch split does (fp32 reassociation)."""
     out = []
-    for item_lps in engine.prompt_logprobs(prompts):
+    for item_lps in shared_logprobs(engine, prompts, share):
         K = len(item_lps) // n_criteria
         dists = [distribution(lp) for lp in item_lps]
         probs = np.stack([p for p, _ in dists]).reshape(n_criteria, K, -1)  # (C, K, n)
         mass = np.array([m for _, m in dists]).reshape(n_criteria, K)  # (C, K)
         out.append((probs, mass))
+    return out
+
+
+def trie_groups(keys, n: int) -> list[list[int]]:
+    """The batch positions that form one token trie: those of one key (keys in order of first appearance);
+    ``keys`` None: each of the ``n`` items its own trie."""
+    if keys is None:
+        return [[b] for b in range(n)]
+    by_key: dict = {}
+    for b, key in enumerate(keys):
+        by_key.setdefault(key, []).append(b)
+    return list(by_key.values())
+
+
+def batch_jobs(prompts: list[list[EncodedPrompt]], share=None) -> list[Job]:
+    """The engine jobs :func:`score_batch` evaluates (what a run's progress counts)."""
+    return [prompt_job([ep for b in bs for ep in prompts[b]]) for bs in trie_groups(share, len(prompts))]
+
+
+def shared_logprobs(engine: Engine, prompts: list[list[EncodedPrompt]], keys=None) -> list[list[np.ndarray]]:
+    """``engine.prompt_logprobs`` with the prompts of the items of one key in one trie, split back per item."""
+    groups = trie_groups(keys, len(prompts))
+    try:
+        merged = engine.prompt_logprobs([[ep for b in bs for ep in prompts[b]] for bs in groups])
+    except NonFiniteError as e:  # name the item and its own prompt index, not the merged trie's
+        start = 0
+        for b in groups[e.job]:
+            if e.key[0] < start + len(prompts[b]):
+                e.job, e.key = b, (e.key[0] - start, *e.key[1:])
+                break
+            start += len(prompts[b])
+        raise
+    out: list = [None] * len(prompts)
+    for bs, lps in zip(groups, merged):
+        start = 0
+        for b in bs:
+            out[b] = lps[start:start + len(prompts[b])]
+            start += len(prompts[b])
     return out
 
 

@@ -208,6 +208,8 @@ class ScoreTable:
         """[criteria, options] the label text of each option, from the rubric the table recorded in ``meta``
         ('' where the table does not record it, e.g. a table built by hand)."""
         out = np.full(self.values.shape, "", dtype=object)
+        if self.meta.get("paradigm") in ("pairwise", "listwise"):
+            return out  # a candidate's label is the letter of the slot it is shown at (to_dataframe)
         crits = {c.get("name"): c for c in (self.meta.get("rubric") or {}).get("criteria") or []}
         for j, name in enumerate(self.criteria):
             opts = (crits.get(name) or {}).get("options") or []
@@ -245,7 +247,22 @@ class ScoreTable:
         })
         if self.item_groups is not None:
             df.insert(1, "group", self.item_groups[ii.ravel()])
+        if self.meta.get("paradigm") in ("pairwise", "listwise"):
+            self._candidate_columns(df, ii.ravel(), oo.ravel(), pos.ravel())
         return df
+
+    def _candidate_columns(self, df, rows, options, slots) -> None:
+        """A pairwise or listwise table's long rows (items are pairs or lists, options their candidates): the
+        label is the letter of the slot shown (A = slot 1; the tie label, never permuted, stays itself) and
+        ``candidate_id`` the candidate's item id ('' for the tie)."""
+        tie = str(self.meta.get("tie_label") or "")
+        cands = self.meta.get("candidates") or []
+        m = self.n_options - bool(tie)
+        letters = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:m]) + ([tie] if tie else []), dtype=object)
+        df["label"] = np.where(options < m, letters[np.minimum(slots, len(letters) - 1)], tie)
+        ids = np.array([[str(x) for x in c] + [""] * bool(tie) for c in cands], dtype=object)
+        if ids.shape == (self.n_items, self.n_options):
+            df.insert(df.columns.get_loc("option") + 1, "candidate_id", ids[rows, options])
 
     def to_parquet(self, path: str | Path) -> Path:
         try:

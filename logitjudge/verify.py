@@ -99,16 +99,26 @@ def audit_run(engine, lm, items, rubric, option_orders, template, n: int | None,
     drawn from up to ``n`` random items' single-criterion prompts (``template``: a Template, a name or None for
     the default); the result goes into ``engine.mode_meta`` (copied into the table's meta). ``tol`` None:
     :func:`default_tol`. Raises :class:`ExactnessError` when it fails."""
-    from .judge import default_audit_prompts
     from .prompts import load_template
     from .requests import item_prompts, orders_of
 
     template = load_template(template)
+    orders = np.asarray(option_orders)  # (K, n) shared or (I, K, n) per item
+    return audit_prompts(engine, len(items),
+                         lambda i: item_prompts(lm, rubric, items[i], orders_of(orders, i), template), n, rng=rng,
+                         tol=tol)
+
+
+def audit_prompts(engine, n_units: int, prompts_of, n: int | None, *, rng=0, tol: float | None = None
+                  ) -> AuditResult:
+    """:func:`audit_run` on any run's units (items, or the candidate rows of a pairwise / listwise run):
+    ``prompts_of(i)`` gives unit ``i``'s prompts; ``n`` prompts drawn from up to ``n`` random units."""
+    from .judge import default_audit_prompts
+
     n = default_audit_prompts(engine.model) if n is None else n
     gen = np.random.default_rng(rng)
-    picked = sorted(gen.choice(len(items), size=min(n, len(items)), replace=False)) if n else []
-    orders = np.asarray(option_orders)  # (K, n) shared or (I, K, n) per item
-    groups = [item_prompts(lm, rubric, items[i], orders_of(orders, i), template) for i in picked]
+    picked = sorted(gen.choice(n_units, size=min(n, n_units), replace=False)) if n else []
+    groups = [prompts_of(i) for i in picked]
     res = verify_exactness(engine, groups, n, rng=gen, tol=default_tol(engine.model) if tol is None else tol)
     if hasattr(engine, "mode_meta"):
         engine.mode_meta.update(res.meta())

@@ -30,7 +30,8 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(line)
 
 
-def tiny_tokenizer():
+def tiny_tokenizer(alphabet: str = ""):
+    """``alphabet``: characters added to the trained ones (e.g. the capital letters that label candidates)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -40,7 +41,7 @@ def tiny_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True)
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never", split=True)
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<bos>", "<eos>", "<unk>"],
-                                  initial_alphabet=list("0123456789[]:.,\n"))
+                                  initial_alphabet=list("0123456789[]:.,\n" + alphabet))
     tok.train_from_iterator(CORPUS * 20, trainer=trainer)
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
@@ -68,8 +69,8 @@ def tiny_lm():
     return LoadedModel(tiny_gemma(tok), tok, "tiny-random-gemma3", dtype="fp32")
 
 
-def fresh_tiny_lm(**kw) -> LoadedModel:
-    tok = tiny_tokenizer()
+def fresh_tiny_lm(alphabet: str = "", **kw) -> LoadedModel:
+    tok = tiny_tokenizer(alphabet)
     return LoadedModel(tiny_gemma(tok, **kw), tok, "tiny-random-gemma3", dtype="fp32")
 
 

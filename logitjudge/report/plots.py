@@ -7,7 +7,10 @@ from pathlib import Path
 
 from ..sections import SECTIONS
 
-PLOTS = tuple(s.name for s in SECTIONS if s.plot is not None)
+# the plots of a report on each kind of table (a section draws for the paradigms it reads)
+PARADIGM_PLOTS = {p: tuple(s.name for s in SECTIONS if s.plot is not None and p in s.paradigms)
+                  for p in ("pointwise", "pairwise", "listwise")}
+PLOTS = PARADIGM_PLOTS["pointwise"]  # a rubric report's
 
 
 def skip_reason(result: dict, section: str) -> str:
@@ -23,8 +26,9 @@ def make_plots(result: dict, folder) -> dict:
     """Every plot the analysis supports as ``folder/<name>.png``: ``{name: Path | reason it was skipped}``."""
     folder = Path(folder)
     out: dict = {}
+    paradigm = result["table"].get("paradigm", "pointwise")
     for s in SECTIONS:
-        if s.plot is None:
+        if s.plot is None or paradigm not in s.paradigms:  # the sections of the table's paradigm draw
             continue
         path = folder / f"{s.name}.png"
         drawn = s.plot(result, path)

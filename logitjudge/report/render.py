@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from ..sections import SECTIONS, format_markdown
+from ..sections.paradigms import paradigm_shape
 from ..stats._result import jsonable
 from .plots import make_plots, skip_reason
 
@@ -30,10 +31,13 @@ def _setup(result: dict, spec: dict | None, meta: dict | None, data: dict | None
                      f"group{'' if g == 1 else 's'}; criteria {', '.join(t['criteria'])}")
     tmpl = (meta.get("template") or {}).get("name")
     orders = (spec.get("orderings") or {}).get("options")
-    lines.append(f"Prompts: {t['n_orderings']} orderings of {t['n_options']} options per criterion "
-                 f"({t['design']} design{', ' + orders if orders and orders != t['design'] else ''})"
-                 + (f", template {tmpl}" if tmpl else "")
-                 + (", criterion order varied" if t.get("criterion_order_varies") else ""))
+    if t.get("paradigm", "pointwise") != "pointwise":  # pairs or lists of candidates
+        lines.append(f"Prompts: {paradigm_shape(t)}" + (f" Template {tmpl}." if tmpl else ""))
+    else:
+        lines.append(f"Prompts: {t['n_orderings']} orderings of {t['n_options']} options per criterion "
+                     f"({t['design']} design{', ' + orders if orders and orders != t['design'] else ''})"
+                     + (f", template {tmpl}" if tmpl else "")
+                     + (", criterion order varied" if t.get("criterion_order_varies") else ""))
     secs = (meta.get("timings") or {}).get("score_seconds")
     toks = (meta.get("engine_stats") or {}).get("tokens")
     if secs is not None:
@@ -63,8 +67,10 @@ def build_blocks(result: dict, plots: dict, *, spec=None, table_meta=None, data_
     ("md", markdown)."""
     blocks: list = [("h1", f"{title or 'logitjudge'}: position-bias report"), ("verdict", result["verdict"]),
                     ("ul", _setup(result, spec, table_meta, data_info))]
+    paradigm = result["table"].get("paradigm", "pointwise")
     for sec in SECTIONS:
-        blocks += _section_blocks(sec, result, plots.get(sec.name))
+        if paradigm in sec.paradigms:  # the sections of the table's paradigm
+            blocks += _section_blocks(sec, result, plots.get(sec.name))
     body = format_markdown(result).split("\n", 1)[1].lstrip("\n")  # without the verdict line
     blocks += [("h2", "Tables"), ("md", "\n".join("#" + ln if ln.startswith("#") else ln
                                                   for ln in body.splitlines()))]

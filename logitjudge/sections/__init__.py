@@ -15,10 +15,12 @@ from .aggregation import AGGREGATION
 from .alignment import ALIGNMENT
 from .budget import BUDGET
 from .criterion_position import CRITERION_POSITION
+from .paradigms import LISTWISE, PAIRWISE, paradigm_shape
 from .position import POSITION
 from .rank_stability import RANK_STABILITY
 
-SECTIONS: list[Section] = [POSITION, CRITERION_POSITION, AGGREGATION, ALIGNMENT, BUDGET, RANK_STABILITY]
+SECTIONS: list[Section] = [POSITION, CRITERION_POSITION, AGGREGATION, ALIGNMENT, BUDGET, RANK_STABILITY, PAIRWISE,
+                           LISTWISE]
 
 
 def format_markdown(result: dict) -> str:
@@ -26,8 +28,11 @@ def format_markdown(result: dict) -> str:
     and the warnings."""
     t = result["table"]
     crit = "criterion" if t["n_criteria"] == 1 else "criteria"
-    parts = [result["verdict"], f"{t['n_items']} items, {t['n_criteria']} {crit}, {t['n_orderings']} orderings "
-                                f"of {t['n_options']} options ({t['design']} design)."]
+    shape = (f"{t['n_items']} items, {t['n_criteria']} {crit}, {t['n_orderings']} orderings of {t['n_options']} "
+             f"options ({t['design']} design).")
+    if t.get("paradigm", "pointwise") != "pointwise":  # a candidate table's items are pairs or lists
+        shape = paradigm_shape(t)
+    parts = [result["verdict"], shape]
     parts += [md for md in (s.markdown(result) for s in SECTIONS) if md]
     if result.get("skipped"):
         parts.append("\n".join(["## Skipped", ""] + [f"- {k}: {v}" for k, v in result["skipped"].items()]))

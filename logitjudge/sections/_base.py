@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .. import stats as st
+from ..candidates import POINTWISE, known_ids, paradigm_of
 from ..stats._result import BALANCED, AlignmentError, DesignError
 from ..stats.readings import check_reading
 from ..table import ScoreTable
@@ -33,7 +34,7 @@ class Partial:
 
 
 def _check_ids(table: ScoreTable, mapping: dict, what: str) -> None:
-    ids = set(table.item_ids.tolist())
+    ids = set(known_ids(table))  # a pairwise or listwise table scores its rows' candidates
     unknown = [k for k in mapping if str(k) not in ids]
     if unknown:
         raise AlignmentError(f"{len(unknown)} {what} ids are not in the table (e.g. {unknown[:3]}); they "
@@ -76,7 +77,11 @@ class Context:
     @classmethod
     def build(cls, table: ScoreTable, *, human=None, groups=None, systems=None, rng=0, n_boot=1000,
               method="pearson", n_draws=100, reading="expected") -> Context:
-        """Check the human scores, groups and systems against the table's items (AlignmentError)."""
+        """Check the human scores, groups and systems against the table's items (AlignmentError). A pairwise or
+        listwise table keeps the groups its rows were formed in (:mod:`logitjudge.candidates`)."""
+        if paradigm_of(table) != POINTWISE and (groups or systems):
+            raise AlignmentError(f"a {paradigm_of(table)} table compares the items of the groups it was scored "
+                                 "with; other groups or systems do not apply (drop --group-by)")
         if groups is None and table.item_groups is not None:
             group_arr = np.asarray(table.item_groups).astype(str)
         else:
@@ -93,6 +98,11 @@ class Context:
                    int(np.random.default_rng(rng).integers(2**63)),
                    0 if table.n_items < 2 else n_boot,  # no bootstrap over a single item: point estimates
                    method, n_draws, reading)
+
+    @property
+    def paradigm(self) -> str:
+        """pointwise, pairwise or listwise: which sections apply (``Section.paradigms``)."""
+        return paradigm_of(self.table)
 
     @property
     def criteria(self) -> list[str]:
@@ -225,6 +235,7 @@ class Section:
     CAPTION: str = ""
     NOTE: str = "Scores use the {reading}."
     needs: tuple[str, ...] = ()
+    paradigms: tuple[str, ...] = (POINTWISE,)  # the tables it reads (logitjudge.candidates.paradigm_of)
     per_criterion: bool = True
     plot = None  # or a method (analysis, path) -> Path, None when there is nothing to draw
 

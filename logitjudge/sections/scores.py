@@ -78,10 +78,16 @@ def _human(ctx: Context, c: int) -> np.ndarray | None:
 def item_scores(table: ScoreTable, *, reading: str = "expected", human: dict | None = None,
                 groups: dict | None = None):
     """A pandas DataFrame with one row per (item, criterion), items in table order (see the module doc for the
-    columns). ``human``: item_id -> criterion -> score; ``groups``: item_id -> group (default: the table's)."""
+    columns). ``human``: item_id -> criterion -> score; ``groups``: item_id -> group (default: the table's). A
+    pairwise or listwise table gives one row per candidate instead (:func:`logitjudge.sections.paradigms.
+    candidate_scores`): its rows are pairs or lists, whose option values are candidate numbers, not scores."""
     import pandas as pd
 
     ctx = Context.build(table, human=human, groups=groups, n_boot=0, reading=reading)
+    if ctx.paradigm != "pointwise":
+        from .paradigms import candidate_scores
+
+        return candidate_scores(table, reading=reading, human=human)
     k = ctx.budget_k()
     parts = []
     for c, name in enumerate(ctx.criteria):
