@@ -38,14 +38,17 @@ static void pv_tile(const float *w, int64_t ld_w, int64_t c0, int64_t c1, const 
 
 /* q (B, Hkv, G, S, D); k_pre, v_pre (Hkv, L, D); k_suf, v_suf (B, Hkv, S, D); out (B, S, Hkv * G, D); all
  * contiguous. Query s of a row sits at absolute position L + s; window 0 = no sliding window. D % 32 == 0.
+ * Only the queries at suffix positions [s0, s1) are computed (their out rows written), so a long call can be
+ * cut into several (the host wrapper does, to stay interruptible); each query's result does not depend on the cut.
  * sinks: NULL, or Hkv * G per-query-head sink logits (GPT-OSS): one more term exp(sink - m) in each row's
  * softmax denominator (a key whose value is zero), counted once over prefix and suffix keys together.
  * Returns 0, or 1 when its scratch memory could not be allocated (out is then not written). */
 int prefix_attention_f32(const float *q, const float *k_pre, const float *v_pre, const float *k_suf,
-                          const float *v_suf, float *out, const float *sinks, int64_t B, int64_t Hkv, int64_t G, int64_t S, int64_t L,
-                          int64_t D, int64_t window, float scale, int threads) {
+                          const float *v_suf, float *out, const float *sinks, int64_t B, int64_t Hkv, int64_t G,
+                          int64_t S, int64_t L, int64_t D, int64_t window, float scale, int64_t s0, int64_t s1,
+                          int threads) {
     int64_t Lp = (L + NP - 1) / NP, Sp = (S + NP - 1) / NP;
-    int64_t rows = G * S, blocks = (rows + MR - 1) / MR, ld_sc = (Lp + Sp) * NP;
+    int64_t rows = G * (s1 - s0), blocks = (rows + MR - 1) / MR, ld_sc = (Lp + Sp) * NP;
     float *pre_panels = malloc(sizeof(float) * (Hkv * Lp * NP * D + 1));
     float *suf_panels = malloc(sizeof(float) * (B * Hkv * Sp * NP * D + 1));
     float *scratch = malloc(sizeof(float) * threads * MR * (ld_sc + D));
@@ -61,15 +64,17 @@ int prefix_attention_f32(const float *q, const float *k_pre, const float *v_pre,
 #pragma omp for schedule(static)
         for (int64_t h = 0; h < Hkv; h++) pack_keys(k_pre + h * L * D, L, D, pre_panels + h * Lp * NP * D);
 #pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < B * Hkv; bh++) pack_keys(k_suf + bh * S * D, S, D, suf_panels + bh * Sp * NP * D);
+        for (int64_t bh = 0; bh < B * Hkv; bh++) /* keys past s1 are seen by no query of this call */
+            pack_keys(k_suf + bh * S * D, s1, D, suf_panels + bh * Sp * NP * D);
 #pragma omp for schedule(dynamic, 4)
         for (int64_t item = 0; item < B * Hkv * blocks; item++) {
             int64_t bh = item / blocks, b = bh / Hkv, h = bh % Hkv, r0 = (item % blocks) * MR;
+            int64_t first_row = s0 * G; /* rows are (position, head) pairs, position-major */
             int64_t n_rows = min64(MR, rows - r0), pos[MR], head[MR];
             const float *qr[MR];
             float inv_sum[MR];
             for (int64_t i = 0; i < MR; i++) {  /* short blocks repeat their last row; it is not written */
-                int64_t r = r0 + min64(i, n_rows - 1);
+                int64_t r = first_row + r0 + min64(i, n_rows - 1);
                 pos[i] = r / G;
                 head[i] = r % G;
                 qr[i] = q + ((bh * G + head[i]) * S + pos[i]) * D;

@@ -116,7 +116,10 @@ class Run:
         ckpt = Checkpoint(self.out, self.fingerprint, tag=f".rank{world.rank}" if world.active else "")
         try:
             t0 = time.perf_counter()
-            done = self.records(ckpt, world)
+            from logitjudge_kernels.dispatch import recording
+
+            with recording() as self.kernel_record:  # what the kernels' dispatcher ran: meta["kernels"]
+                done = self.records(ckpt, world)
             table = self.table(done, time.perf_counter() - t0, world.size)
             if self.out is not None:
                 if world.rank == 0:
@@ -177,7 +180,7 @@ class Run:
     def table(self, done: dict, elapsed: float, world_size: int = 1) -> ScoreTable:
         """The ScoreTable of finished records ``{item_id: (probs, label_mass)}``, in the items' order."""
         items, rubric = self.items, self.rubric
-        meta = run_meta(self.lm, rubric, self.template, self.engine, elapsed)
+        meta = run_meta(self.lm, rubric, self.template, self.engine, elapsed, getattr(self, "kernel_record", None))
         meta.update(fingerprint=self.fingerprint, world_size=world_size)
         if self.multi:
             meta.update(multi_criteria=True, slots=self.slots)
@@ -189,7 +192,7 @@ class Run:
                           [it.group for it in items] if any(it.group for it in items) else None, meta)
 
 
-def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
+def run_meta(lm, rubric, template, engine, elapsed: float, kernel_record=None) -> dict:
     import torch
     import transformers
 
@@ -198,7 +201,7 @@ def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
     return {"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype, "device": lm.device,
             "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
             "prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
-            "torch_threads": torch.get_num_threads(), "kernels": kernel_backends(lm, engine),
+            "torch_threads": torch.get_num_threads(), "kernels": kernel_backends(kernel_record),
             "versions": {"logitjudge": __version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "numpy": np.__version__},
             "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats), **engine.mode_meta,
@@ -206,43 +209,13 @@ def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
                              "gemm_route": engine.gemm_route}}
 
 
-def kernel_backends(lm, engine) -> dict:
-    """Which backend ran each kernel: attention, the label read-out and the norms (C, PyTorch reference and why,
-    Triton, or transformers' own modules)."""
-    import torch
-    from logitjudge_kernels import HAS_TRITON
-    from logitjudge_kernels.cpu_attention import c_attention_refusal
-    from logitjudge_kernels.cpu_norm import cpu_kernels_status
-    from logitjudge_kernels.cpu_readout import MIN_ROWS, c_readout_refusal
-
-    cpu = engine.device.type == "cpu"
-    cfg = getattr(engine.model.config, "get_text_config", lambda: engine.model.config)()
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    dtype = next(engine.model.parameters()).dtype
-
-    def c_or_ref(reason, ref="PyTorch reference"):
-        return "C" if reason is None else f"{ref} ({reason})"
-
-    if engine.prefix_mode == "copy":
-        attention = "transformers' attention (copied prefix cache)"
-    elif cpu:
-        q = torch.empty(1, 1, 1, head_dim, dtype=dtype)
-        attention = c_or_ref(c_attention_refusal(q, getattr(cfg, "attn_logit_softcapping", None)),
-                             "ATen flash attention")
-    else:
-        attention = "Triton" if HAS_TRITON else "PyTorch reference (no Triton)"
-    if cpu:
-        h = torch.empty(1, engine._weight.shape[1])
-        readout = c_or_ref(c_readout_refusal(h, engine._weight, engine._softcap))
-        if readout == "C":
-            readout = f"C (batches of {MIN_ROWS}+ read rows; fewer: PyTorch reference)"
-    else:
-        readout = "Triton" if HAS_TRITON else "PyTorch reference (no Triton)"
-    if engine.prefix_mode != "native":
-        norms = "transformers' modules"
-    else:
-        norms = c_or_ref(cpu_kernels_status() if cpu else "the C kernels are CPU only")
-    return {"attention": attention, "readout": readout, "norms": norms}
+def kernel_backends(kernel_record) -> dict:
+    """What ran, as the kernels' dispatcher recorded it during the scoring (``logitjudge_kernels.dispatch``): per
+    kernel (attention, readout, rms_norm, residual_rms_norm, qk_norm_rope) the implementations that ran (C, aten,
+    torch, triton) with their shape buckets and call counts, and the choice behind each bucket (measured rates,
+    or why it was forced). A kernel that did not run (e.g. attention inside transformers' own modules) is absent;
+    nothing is re-derived. Empty when nothing was scored in this process (a resumed run's finished batches)."""
+    return {} if kernel_record is None else kernel_record.as_meta()
 
 
 def _progress(total: int, done: int, enabled: bool):

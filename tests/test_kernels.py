@@ -173,8 +173,7 @@ def test_attention_cpu_fused(dtype, L, D, Hq, Hkv, window, softcap, cpu_attentio
     inputs = _attn_inputs(3, Hq, Hkv, 7, L, D, dtype, seed=5)
     out = shared_prefix_attention_cpu(*inputs, scale=D**-0.5, sliding_window=window)
     _assert_attention_close(out, inputs, scale=D**-0.5, sliding_window=window, softcap=None)
-    if not IN_INTERPRETER:  # "auto" on CPU takes this path when there is no soft-cap
-        assert torch.equal(shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=window), out)
+    assert torch.equal(shared_prefix_attention(*inputs, scale=D**-0.5, sliding_window=window, backend="cpu"), out)
 
 
 def _sink_truth(inputs, scale, window, sinks):
