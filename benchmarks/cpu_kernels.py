@@ -94,15 +94,21 @@ def implementations(kernel: str, targets: list[str]) -> dict:
     return impls | {"torch": getattr(cn, f"{kernel}_ref")}
 
 
+CLOCK = time.perf_counter  # time.process_time with --clock cpu (1 thread on a shared machine: the work alone)
+
+
 def _time(fn, args, kw, seconds: dict, name: str) -> None:
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     fn(*args, **kw)
-    seconds[name] = min(seconds.get(name, float("inf")), time.perf_counter() - t0)
+    seconds[name] = min(seconds.get(name, float("inf")), CLOCK() - t0)
 
 
-def cpu_table(rows: list[int], *, repeats: int = 3, kernels=None, remeasure: bool = False, out=None) -> dict:
+def cpu_table(rows: list[int], *, repeats: int = 3, kernels=None, remeasure: bool = False, out=None,
+              clock: str = "wall") -> dict:
     """Measure every kernel x rows x implementation; the JSON-ready {"meta", "results"} (saved to ``out`` after
     every row, so that a run cut short keeps what it measured)."""
+    global CLOCK
+    CLOCK = time.process_time if clock == "cpu" else time.perf_counter
     from logitjudge.autodtype import cpu_info, describe_cpu
 
     t_start = time.perf_counter()
@@ -110,9 +116,9 @@ def cpu_table(rows: list[int], *, repeats: int = 3, kernels=None, remeasure: boo
         dispatch.forget()
     targets = [t for t in extra_targets() if _cbuild.load(cn.SOURCE, cn._SIGNATURES, t)[0] is not None]
     meta = dict(cpu=cpu_info(), cpu_line=describe_cpu(), all_flags=_cbuild.cpu_flags(), torch=torch.__version__,
-                threads=torch.get_num_threads(), repeats=repeats, extra_targets=targets,
+                threads=torch.get_num_threads(), repeats=repeats, extra_targets=targets, clock=clock,
                 dispatch_key=dispatch.machine_key(), mode=dispatch.mode(), load_at_start=_load())
-    print(f"CPU: {meta['cpu_line']}\n{meta['threads']} threads, load average {meta['load_at_start']}")
+    print(f"CPU: {meta['cpu_line']}\n{meta['threads']} threads, {clock} clock, load average {meta['load_at_start']}")
     results = []
     g = torch.Generator().manual_seed(0)
     for kernel in kernels or KERNELS:

@@ -242,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, nargs="+", default=None, help="CPU table: rows (default 1 4 16 64 256)")
     ap.add_argument("--kernels", nargs="+", default=None, help="CPU table: only these kernels")
     ap.add_argument("--remeasure", action="store_true", help="CPU: drop the dispatcher's cached decisions first")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="CPU: cpu = process CPU time (with --threads 1 on a shared machine: the work alone)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kernels.json"))
     args = ap.parse_args(argv)
     if args.device == "auto":
@@ -255,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cpu":
         rows = args.rows or ([1, 16, 64] if args.quick else [1, 4, 16, 64, 256])
         table = cpu_table(rows, repeats=args.repeats or (2 if args.quick else 3), kernels=args.kernels,
-                          remeasure=args.remeasure, out=args.out)
+                          remeasure=args.remeasure, out=args.out, clock=args.clock)
         print_cpu_table(table)
         print(f"\n{len(table['results'])} rows in {table['meta']['seconds']} s -> {args.out}")
         return 0
