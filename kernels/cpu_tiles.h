@@ -29,8 +29,8 @@ typedef float vfu __attribute__((vector_size(VW * 4), aligned(4)));
 #define MR 6  /* query rows per register tile */
 #define NP VW /* keys per packed panel (one vector) */
 
-/* the target's vector width in floats, for the host wrapper's logs and tests */
-int tiles_vector_width(void) { return VW; }
+/* the target's vector width in floats, for tests and logs (weak: every kernel source includes this header) */
+__attribute__((weak)) int tiles_vector_width(void) { return VW; }
 
 static inline vf ld(const float *p) { return *(const vfu *)p; }
 static inline void st(float *p, vf v) { *(vfu *)p = v; }
