@@ -118,6 +118,19 @@ def load(source: Path, signatures: tuple, target: str = TARGET) -> tuple[ctypes.
     return lib, ""
 
 
+def threads_for(work: int, min_work: int) -> int:
+    """torch's thread count, or 1 for a call under ``min_work``: an OpenMP region costs a fork and a join, and on
+    a machine that other processes share, a join waits for a descheduled thread (milliseconds, not microseconds).
+    Callers size ``min_work`` so that a result never depends on the thread count it ran on."""
+    return torch_threads() if work >= min_work else 1
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def ptr(t) -> ctypes._Pointer:
     """A float* to a tensor's data (the caller keeps the tensor alive for the call)."""
     return ctypes.cast(t.data_ptr(), f32p)

@@ -34,6 +34,7 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)  # computed in fp32 from upcast 
 # query positions (and batch rows) of about this much work (~0.1-0.5 s); Python runs a Ctrl-C / SIGTERM handler
 # between them. The cut does not change any query's result.
 CALL_FLOPS = 1 << 34
+PARALLEL_MIN = 1 << 22  # FLOPs: smaller calls run on one thread (each query row is computed alone: same results)
 
 
 def _library(target: str = _cbuild.TARGET):
@@ -87,7 +88,7 @@ def shared_prefix_attention_c(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scal
     for b0, b1, s0, s1 in (_calls(B, Hq, S, L, D) if out.numel() else ()):
         if fn(ptr(q[b0:b1]), ptr(k_prefix), ptr(v_prefix), ptr(k_suffix[b0:b1]), ptr(v_suffix[b0:b1]),
               ptr(out[b0:b1]), sink_ptr, b1 - b0, Hkv, Hq // Hkv, S, L, D, sliding_window or 0, scale, s0, s1,
-              torch.get_num_threads()):
+              _cbuild.threads_for(4 * (b1 - b0) * Hq * (s1 - s0) * (L + s1) * D, PARALLEL_MIN)):
             raise MemoryError(f"the C attention kernel could not allocate its scratch for B={B}, S={S}, L={L}, "
                               f"D={D}; use smaller batches (token_budget)")
     return out.to(dtype).transpose(1, 2)

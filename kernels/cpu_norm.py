@@ -33,6 +33,7 @@ from .dispatch import Candidate, Kernel, max_abs, pow2_bucket, scaled_tolerance
 
 SOURCE = Path(__file__).with_name("cpu_norm.c")
 MAX_HEAD_DIM = 1024  # the C kernel's per-thread scratch for one head
+PARALLEL_MIN = 1 << 15  # elements: smaller calls run on one thread (rows are independent: same results)
 _SIGNATURES = (
     ("rms_norm_f32", (f32p, i64, f32p, f32p, i64, i64, f32, c_int), None),
     ("residual_rms_norm_f32", (f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, f32, c_int), None),
@@ -118,7 +119,7 @@ def rms_norm_c(x: torch.Tensor, w: torch.Tensor, eps: float, *, target: str = _c
     w = w.float().contiguous()
     out = torch.empty(x2.shape, dtype=torch.float32)
     _library(target)[0].rms_norm_f32(ptr(x2), stride, ptr(w), ptr(out), x2.shape[0], x2.shape[1], eps,
-                                     torch.get_num_threads())
+                                     _cbuild.threads_for(x2.numel(), PARALLEL_MIN))
     return out.view(x.shape).to(x.dtype)
 
 
@@ -128,7 +129,7 @@ def residual_rms_norm_c(x, y, w_y, w_next, eps: float, *, target: str = _cbuild.
     x, y, w_y, w_next = (t.float().contiguous() for t in (x, y, w_y, w_next))
     x_out, h_out = torch.empty_like(x), torch.empty_like(x)
     _library(target)[0].residual_rms_norm_f32(ptr(x), ptr(y), ptr(w_y), ptr(w_next), ptr(x_out), ptr(h_out),
-                                              x.numel() // d, d, eps, torch.get_num_threads())
+                                              x.numel() // d, d, eps, _cbuild.threads_for(x.numel(), PARALLEL_MIN))
     return x_out.to(dtype), h_out.to(dtype)
 
 
@@ -142,7 +143,8 @@ def qk_norm_rope_c(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: f
     q = torch.empty(B, heads, S, D)
     k, v = torch.empty(B, kv_heads, S, D), torch.empty(B, kv_heads, S, D)
     _library(target)[0].qk_norm_rope_f32(ptr(x2), stride, ptr(q_w), ptr(k_w), ptr(cos), ptr(sin), ptr(q), ptr(k),
-                                         ptr(v), B, S, heads, kv_heads, D, eps, torch.get_num_threads())
+                                         ptr(v), B, S, heads, kv_heads, D, eps,
+                                         _cbuild.threads_for(x2.numel(), PARALLEL_MIN))
     return q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)
 
 

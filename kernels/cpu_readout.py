@@ -28,6 +28,8 @@ SOURCE = Path(__file__).with_name("cpu_readout.c")
 _SIGNATURES = (("logsumexp_f32", (f32p, f32p, f32p, i64, i64, i64, c_int), c_int),)
 VOCAB_SPAN = 32_768  # vocabulary rows per C call (a multiple of the kernel's 256-row blocks)
 CALL_MACS = 1 << 32  # multiply-adds per C call at most (~0.1-0.5 s): read rows per call = CALL_MACS / (span x d)
+PARALLEL_MIN = 1 << 22  # vocabulary x width below which one thread runs (not rows: a row's sum order, which
+# depends on the thread count, must not depend on the other rows of the call)
 
 
 def _library(target: str = _cbuild.TARGET):
@@ -53,6 +55,7 @@ def logsumexp_c(hidden: torch.Tensor, weight: torch.Tensor, *, target: str = _cb
     R, d = hidden.shape
     V = weight.shape[0]
     fn = _library(target)[0].logsumexp_f32
+    threads = _cbuild.threads_for(V * d, PARALLEL_MIN)
     spans = range(0, V, VOCAB_SPAN)
     rows = max(1, CALL_MACS // (min(V, VOCAB_SPAN) * max(d, 1)))
     parts = torch.empty(len(spans), R)  # (spans, R) partial log-sum-exps
@@ -60,7 +63,7 @@ def logsumexp_c(hidden: torch.Tensor, weight: torch.Tensor, *, target: str = _cb
         w = weight[v0:v0 + VOCAB_SPAN]
         for r0 in range(0, R, rows):
             h, out = hidden[r0:r0 + rows], parts[i, r0:r0 + rows]
-            if fn(ptr(h), ptr(w), ptr(out), h.shape[0], w.shape[0], d, torch.get_num_threads()):
+            if fn(ptr(h), ptr(w), ptr(out), h.shape[0], w.shape[0], d, threads):
                 raise MemoryError(f"the C read-out could not allocate its scratch for {R} rows of width {d}")
     if len(spans) == 1:
         return parts[0]

@@ -11,7 +11,9 @@ choice is measured where it runs, never read off the ISA:
   the fastest exact one; a candidate that is slower, or not exact, is never chosen;
 * the decision is cached on disk next to the compiled kernels (``_cbuild.cache_dir()``, one JSON file per
   machine key: CPU model, its feature flags, torch's thread count, torch's version, the kernels' sources and the
-  build target), so the few seconds of measuring are spent once per machine, never per run.
+  build target), so the few seconds of measuring are spent once per machine, never per run. A decision measured
+  while other processes oversubscribed the CPU (1-minute load average above the CPU count + 0.5; it is kept with
+  the decision) is provisional: the first process that finds the machine quieter measures that bucket again.
 
 ``LOGITJUDGE_CPU_KERNELS``: ``auto`` (default: measured), ``1`` (the C kernel wherever it applies, no measuring)
 or ``0`` (no C kernel: each kernel's first non-C candidate).
@@ -41,6 +43,14 @@ log = logging.getLogger(__name__)
 MODE_ENV = _cbuild.DISABLE_ENV  # LOGITJUDGE_CPU_KERNELS = auto | 1 | 0
 MEASURE_SECONDS = 1.5  # a bucket's measurement stops repeating after about this long (it runs once per machine)
 REPEATS = 5
+
+
+def busy() -> bool:
+    """The CPU is oversubscribed now (load average above the CPU count + 0.5): measurements are provisional."""
+    try:
+        return os.getloadavg()[0] > (os.cpu_count() or 1) + 0.5
+    except (AttributeError, OSError):
+        return False
 
 
 def mode() -> str:
@@ -243,7 +253,9 @@ class Kernel:
         if memo is None:
             kid, table = _table(key)
             memo = table.get(self.name, {}).get(bucket)
-            if memo is None or set(memo.get("rates", {})) | set(memo.get("not_exact", {})) != set(names):
+            stale = memo is not None and (set(memo.get("rates", {})) | set(memo.get("not_exact", {})) != set(names)
+                                          or (memo.get("provisional") and not busy()))
+            if memo is None or stale:
                 memo = self.measure(usable, args, kw)
                 with _LOCK:
                     table.setdefault(self.name, {})[bucket] = memo
@@ -285,6 +297,7 @@ class Kernel:
                     "rates": {n: float(f"{r:.4g}") for n, r in rates.items()},
                     "seconds": {n: best[n] for n in rates}, "not_exact": not_exact,
                     "load": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+                    "provisional": busy(),
                     "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         log.info("%s: %s for %s (%s)", self.name, choice, ", ".join(f"{n} {r:.3g}" for n, r in rates.items()),
                  self.unit)

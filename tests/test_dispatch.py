@@ -186,3 +186,24 @@ def test_a_kernel_that_did_not_run_is_never_reported(cache):
         assert "soft-capping" in decision["refused"]["aten"]
     plain = _score(LoadedModel(tiny_gemma(tok), tok, "tiny", dtype="fp32"), prefix_mode="plain").meta["kernels"]
     assert set(plain) == {"readout"}
+
+
+def test_a_decision_taken_on_a_busy_machine_is_measured_again_when_quieter(cache, monkeypatch):
+    k, calls = _kernel("toy_busy")
+    x = torch.randn(5, 8)
+    monkeypatch.setattr(dispatch, "busy", lambda: True)
+    k(x)
+    assert next(iter(json.loads(next(cache.glob("dispatch-*.json")).read_text())["decisions"]["toy_busy"]
+                     .values()))["provisional"] is True
+    measured = calls["slow"]
+    dispatch._TABLES.clear()  # a later process
+    k2, calls2 = _kernel("toy_busy")
+    k2(x)  # still busy: the provisional decision is used
+    assert "slow" not in calls2
+    monkeypatch.setattr(dispatch, "busy", lambda: False)
+    dispatch._TABLES.clear()
+    k3, calls3 = _kernel("toy_busy")
+    k3(x)  # quieter: measured again, and no longer provisional
+    assert calls3["slow"] >= 1 and measured >= 1
+    saved = json.loads(next(cache.glob("dispatch-*.json")).read_text())["decisions"]["toy_busy"]
+    assert next(iter(saved.values()))["provisional"] is False
