@@ -25,12 +25,14 @@ kernel the implementations that ran, for which buckets and how often, and the me
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,6 +61,7 @@ def mode() -> str:
 
 
 # ------------------------------------------------------------------------------------------- machine key
+@functools.cache
 def sources_hash() -> str:
     """The kernels' sources (C, headers and these wrappers): a new source measures again."""
     h = hashlib.sha256()
@@ -72,18 +75,29 @@ def sources_hash() -> str:
 
 def machine_key(*, threads: int | None = None, flags: str | None = None) -> dict:
     """What a measured decision holds for: CPU model, feature flags, thread count, torch, sources, build target."""
+    return dict(_machine_key(int(threads or torch.get_num_threads()), flags))
+
+
+@functools.cache
+def _machine_key(threads: int, flags: str | None) -> tuple:
     flags = _cbuild.cpu_flags() if flags is None else flags
-    return {"cpu": _cbuild.cpu_model(), "flags": hashlib.sha256(flags.encode()).hexdigest()[:12],
-            "threads": int(threads or torch.get_num_threads()), "torch": torch.__version__,
-            "sources": sources_hash(), "target": _cbuild.TARGET}
+    return (("cpu", _cbuild.cpu_model()), ("flags", hashlib.sha256(flags.encode()).hexdigest()[:12]),
+            ("threads", threads), ("torch", torch.__version__), ("sources", sources_hash()),
+            ("target", _cbuild.TARGET))
+
+
+@functools.cache
+def _key_id(items: tuple) -> str:
+    return hashlib.sha256(json.dumps(dict(items), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def key_id(key: dict) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return _key_id(tuple(sorted(key.items())))
 
 
 _LOCK = threading.Lock()
-_TABLES: dict[str, dict] = {}  # key id -> {kernel: {bucket: decision}}
+_TABLES: dict[tuple, dict] = {}  # (cache folder, key id) -> {kernel: {bucket: decision}}
+_KERNELS: weakref.WeakSet = weakref.WeakSet()  # every Kernel, whose in-process memo forget() clears
 
 
 def _table_path(kid: str):
@@ -92,12 +106,13 @@ def _table_path(kid: str):
 
 def _table(key: dict) -> tuple[str, dict]:
     kid = key_id(key)
-    if kid not in _TABLES:
+    where = (str(_cbuild.cache_dir()), kid)
+    if where not in _TABLES:
         try:
-            _TABLES[kid] = json.loads(_table_path(kid).read_text()).get("decisions", {})
+            _TABLES[where] = json.loads(_table_path(kid).read_text()).get("decisions", {})
         except (OSError, ValueError):
-            _TABLES[kid] = {}
-    return kid, _TABLES[kid]
+            _TABLES[where] = {}
+    return kid, _TABLES[where]
 
 
 def _save(key: dict, kernel: str, bucket: str, decision: dict) -> None:
@@ -128,6 +143,9 @@ def forget(kernel: str | None = None) -> None:
             table.clear()
         else:
             table.pop(kernel, None)
+        for k in list(_KERNELS):
+            if kernel is None or k.name == kernel:
+                k._memo.clear()
         try:
             _table_path(kid).write_text(json.dumps({"key": key, "decisions": table}, indent=1))
         except OSError:
@@ -227,6 +245,12 @@ class Kernel:
     sample: Callable | None = None
     _memo: dict = field(default_factory=dict, repr=False)
 
+    def __post_init__(self):
+        _KERNELS.add(self)
+
+    def __hash__(self):  # identity: a WeakSet member
+        return id(self)
+
     def candidate(self, name: str) -> Candidate:
         return next(c for c in self.candidates if c.name == name)
 
@@ -247,10 +271,11 @@ class Kernel:
         if len(usable) == 1:
             return usable[0], bucket, {"choice": usable[0].name, "why": "the only one that applies",
                                        "refused": refused}
-        key = machine_key()
+        threads = torch.get_num_threads()
         names = tuple(c.name for c in usable)
-        memo = self._memo.get((key_id(key), bucket, names))
+        memo = self._memo.get((threads, bucket, names))
         if memo is None:
+            key = machine_key(threads=threads)
             kid, table = _table(key)
             memo = table.get(self.name, {}).get(bucket)
             stale = memo is not None and (set(memo.get("rates", {})) | set(memo.get("not_exact", {})) != set(names)
@@ -260,7 +285,7 @@ class Kernel:
                 with _LOCK:
                     table.setdefault(self.name, {})[bucket] = memo
                 _save(key, self.name, bucket, memo)
-            self._memo[(kid, bucket, names)] = memo
+            self._memo[(threads, bucket, names)] = memo
         pick = next((c for c in usable if c.name == memo["choice"]), usable[0])
         return pick, bucket, {**memo, "refused": refused} if refused else memo
 
