@@ -21,8 +21,8 @@ def rates(monkeypatch, tmp_path):
     calls = []
 
     def set_rates(**r):
-        monkeypatch.setattr(ad, "measure_gemm_rates",
-                            lambda device="cpu", repeats=7: calls.append(device) or {k: v * GF for k, v in r.items()})
+        monkeypatch.setattr(ad, "measure_gemm_rates", lambda device="cpu", repeats=7, routes=None:
+                            calls.append(device) or {k: v * GF for k, v in r.items() if not routes or k in routes})
         ad._gemm_rates.cache_clear()
         (tmp_path / "gemm_rates.json").unlink(missing_ok=True)
         return calls
@@ -69,7 +69,23 @@ def test_rates_are_measured_once_per_machine_and_cached_on_disk(rates, tmp_path)
 
 def test_measured_rates_are_positive_for_every_route():
     r = ad.measure_gemm_rates("cpu", repeats=1)
-    assert set(r) == {"fp32", "bf16", "bf16_upcast"} and all(v > 0 for v in r.values())
+    assert set(r) == {"fp32", "bf16", "bf16_upcast"} and all(v > 0 for v in r.values())  # no fp16 route
+    plain = ad.measure_gemm_rates("cpu", repeats=1, routes=("fp32", "fp32_plain"))
+    assert set(plain) == {"fp32", "fp32_plain"} and all(v > 0 for v in plain.values())
+
+
+@pytest.mark.parametrize("packed,plain,want", [(100, 105, "fp32"), (100, 115, "plain"), (100, 60, "fp32")])
+def test_fp32_route_is_plain_only_when_measured_clearly_faster(rates, packed, plain, want):
+    """The native path's fp32 GEMMs: oneDNN-packed unless plain MKL measured PLAIN_MARGIN times faster."""
+    rates(fp32=packed, fp32_plain=plain)
+    assert ad.fp32_route("cpu") == want
+
+
+def test_auto_keeps_fp32_where_bf16_is_not_faster(rates):
+    """An AVX2-only CPU (no bf16 dot products: bf16 GEMMs emulated, upcast copies at the fp32 rate): fp32."""
+    rates(fp32=130, bf16=20, bf16_upcast=115)
+    dtype, why = ad.resolve_dtype("auto", "cpu")
+    assert dtype == "fp32" and "0.88x" in why
 
 
 def test_cpu_description_names_model_and_isa():
