@@ -324,7 +324,7 @@ class Kernel:
                     "load": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
                     "provisional": busy(),
                     "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        log.info("%s: %s for %s (%s)", self.name, choice, ", ".join(f"{n} {r:.3g}" for n, r in rates.items()),
+        log.debug("%s: %s for %s (%s)", self.name, choice, ", ".join(f"{n} {r:.3g}" for n, r in rates.items()),
                  self.unit)
         return decision
 
