@@ -31,7 +31,7 @@ from logitjudge_kernels import dispatch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads  # noqa: E402
 
-import logitjudge.native as native  # noqa: E402
+import logitjudge.judge.backends.native_gemma3 as native  # noqa: E402
 from logitjudge.autodtype import cpu_info, describe_cpu, resolve_dtype  # noqa: E402
 from logitjudge.engine import Engine  # noqa: E402
 from logitjudge.models import load_model  # noqa: E402

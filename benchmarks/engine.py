@@ -1,7 +1,7 @@
 """Engine vs the two transformers baselines on gemma-3-270m (or --model), 1 and 8 texts of ~350 tokens.
 
 (a) one full forward per prompt (``engine.plain_prompt_logprobs``), (b) prompts batched with padding, no prefix
-sharing, logits only at the last position (``baselines.batched_prompt_logprobs``), (c) the engine. n=5, balanced
+sharing, logits only at the last position (``judge.baselines.batched_prompt_logprobs``), (c) the engine. n=5, balanced
 orderings (10 prompts per text). Prints a table and writes JSON.
 
     .venv/bin/python benchmarks/engine.py [--workloads 1x350,8x350] [--dtype fp32] [--device cpu] [--repeats 3]
@@ -23,8 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads  # noqa: E402
 
-from logitjudge.baselines import batched_prompt_logprobs  # noqa: E402
 from logitjudge.engine import Engine, distribution, plain_prompt_logprobs, prompt_job  # noqa: E402
+from logitjudge.judge.baselines import batched_prompt_logprobs  # noqa: E402
 from logitjudge.models import load_model  # noqa: E402
 from logitjudge.trie import build, count_tokens  # noqa: E402
 

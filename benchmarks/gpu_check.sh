@@ -4,7 +4,8 @@
 # 1. environment report, 2. GPU tests of the kernels (pytest -m gpu), 3. kernel benchmark (full CUDA grid),
 # 4. engine benchmark (benchmarks/engine.py --device cuda --dtype bf16) if that file exists,
 # 5. per architecture family (tests/test_families.py builders, random weights, hidden 256): the mode `auto`
-#    picks, an exactness audit against the plain forward and a throughput table (benchmarks/families.py).
+#    picks, an exactness audit against the plain forward and a throughput table (benchmarks/families.py),
+# 6. where the machine has 2+ GPUs: two torchrun ranks, each on its own GPU (benchmarks/torchrun_check.py).
 # Every step has its own timeout; the whole script stays under 8 minutes. A failing step does not stop
 # the later ones; the exit status is that of the first failure. Outputs go to ${OUT:-benchmarks/results}.
 # Nothing is installed when the packages import; otherwise logitjudge_kernels is made importable through
@@ -62,6 +63,12 @@ step kernels_bench 150 "$PYTHON" benchmarks/kernels.py --device cuda --out "$OUT
 
 step families 120 "$PYTHON" benchmarks/families.py --device cuda --width 256 --texts 4 --text-tokens 400 \
   --verify 5 --out "$OUT_DIR/families.json"
+
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  step two_ranks 120 "$PYTHON" benchmarks/torchrun_check.py
+else
+  echo "=== two_ranks: fewer than 2 GPUs, skipped" | tee -a "$OUT_DIR/summary.txt"
+fi
 
 if [ -f benchmarks/engine.py ]; then
   LEFT=$(( 460 - ($(date +%s) - START) ))

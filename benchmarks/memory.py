@@ -33,7 +33,7 @@ def worker(mode: str, n_orderings: int, n_tokens: int, budget: int, min_shared: 
 
     from logitjudge.engine import Engine
     from logitjudge.models import load_model
-    from logitjudge.orderings import random
+    from logitjudge.orderings import shared_random
     from logitjudge.rubric import builtin_rubric
     from logitjudge.scoring import score
 
@@ -41,7 +41,7 @@ def worker(mode: str, n_orderings: int, n_tokens: int, budget: int, min_shared: 
     lm = load_model("gemma-3-270m")
     item = workloads.make_texts(lm.tokenizer, 1, n_tokens, "hanna")[0][0]
     engine = Engine(lm, prefix_mode=mode, token_budget=budget, min_shared=min_shared)
-    orders = random(5, n_orderings, rng=0)
+    orders = shared_random(5, n_orderings, rng=0)
     table, secs, mib = measured(lambda: score(lm, [item], builtin_rubric("default"), orders, engine=engine,
                                               progress=False))
     return {"mode": mode, "peak_extra_mib": mib, "seconds": secs,

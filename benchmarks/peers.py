@@ -5,7 +5,7 @@ Peers (each in its own subprocess, so that its peak RSS is its own):
 * ``plain`` (a): transformers, one full forward per prompt (``logitjudge.engine.plain_prompt_logprobs``), fp32.
   It is the reference: every peer's max |dp| is measured against it.
 * ``batched`` (b): transformers, right-padded batches of 16 whole prompts, no prefix sharing, logits only at each
-  row's last position (``logitjudge.baselines.batched_prompt_logprobs``), fp32. Single-token labels only: n/a
+  row's last position (``logitjudge.judge.baselines.batched_prompt_logprobs``), fp32. Single-token labels only: n/a
   on ``mtbench``.
 * ``llama.cpp`` (c): llama-cpp-python on the Q4_K_M GGUF that the transformers model is de-quantised from, fed the
   same token ids, reusing the longest common prefix of its KV cache between consecutive contexts (as
@@ -19,7 +19,7 @@ Peers (each in its own subprocess, so that its peak RSS is its own):
   ``Workload.trie_tokens``) / the fp32 matmul rate measured here on the model's layer shapes ((512 x 640) @
   (640 x {1024, 256, 256, 2048, 2048}), (512 x 1024) @ (1024 x 640), (512 x 2048) @ (2048 x 640), best of 20,
   measured again before every workload; the fastest measurement so far is used), the faster of MKL through
-  ``F.linear`` and oneDNN with pre-packed weights (the path ``logitjudge.native`` takes; ~15% faster here).
+  ``F.linear`` and oneDNN with pre-packed weights (the path the native Gemma-3 backend takes; ~15% faster here).
   Attention and the read-out are not in it; ``floor+attn`` adds the attention FLOPs (4 x heads x head_dim x the
   (query, key) pairs of the trie tokens, sliding windows applied per layer): at these lengths they are ~15-20%
   of the matmul FLOPs. The JSON has the read-out FLOPs too.
@@ -88,8 +88,8 @@ def _torch_runner(peer: str, wl: dict, threads: int):
     sys.path.insert(0, str(HERE))
     import workloads
 
-    from logitjudge.baselines import batched_prompt_logprobs
     from logitjudge.engine import Engine, plain_prompt_logprobs
+    from logitjudge.judge.baselines import batched_prompt_logprobs
     from logitjudge.models import load_model
 
     torch.set_num_threads(threads)
@@ -227,7 +227,7 @@ def matmul_rate(threads: int, rows: int = 512, reps: int = 20) -> dict:
     t_layer = best(lambda: [F.linear(xs[i], w) for (i, _), w in zip(shapes, ws)])
     rates = {"mkl_linear": flops / t_layer}
     if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        packed = [torch.ops.mkldnn._reorder_linear_weight(w, rows) for w in ws]  # as logitjudge.native packs
+        packed = [torch.ops.mkldnn._reorder_linear_weight(w, rows) for w in ws]  # as the native Gemma-3 backend packs
         t_packed = best(lambda: [torch.ops.mkldnn._linear_pointwise(xs[i], p, None, "none", [], "")
                                  for (i, _), p in zip(shapes, packed)])
         rates["onednn_packed"] = flops / t_packed

@@ -3,8 +3,9 @@
 Plain (what hook libraries do): one full forward per source prompt (recording its activations), per target
 prompt, and per (pair, site) patch, the model's own forward with hooks; no cache. logitjudge
 (``probe.patching.patch_item``): per item the shared prefix once, each ordering's option lines once, then per
-target one batch of all its patches, each row running only the answer token on top of the target's cache
-(``--forward shared``: the prefix KV held once; ``copy``: copied per row).
+target batches of its patches within the token budget, each row running only the answer token on top of the
+target's cache, through the scores' backend (``--prefix-mode``: auto, native, shared (the prefix KV held once),
+copy (copied per row)).
 
 Sweep: every layer's residual output, attention output and MLP output (``--sites``), patched at the answer
 position from the reversed ordering into each ordering (``--pairs reverse``: 10 pairs per text), on the
@@ -38,8 +39,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 text, the first pair")
     ap.add_argument("--sites", default="resid,attn,mlp")
     ap.add_argument("--pairs", default="reverse", choices=["reverse", "canonical", "all"])
-    ap.add_argument("--forward", default="shared", choices=["shared", "copy"])
-    ap.add_argument("--max-rows", type=int, default=256)
+    ap.add_argument("--prefix-mode", default="auto", choices=["auto", "native", "shared", "copy", "plain"])
+    ap.add_argument("--token-budget", type=int, default=4096, help="rows x tokens of one patch batch")
     ap.add_argument("--plain-logits", default="all", choices=["all", "read"],
                     help="the plain way's logits: at every position, as hook libraries compute them (all), or "
                          "only at the positions read (read: logits_to_keep, a stronger baseline)")
@@ -55,29 +56,28 @@ def main(argv=None) -> int:
     from rss import measured
 
     from logitjudge.autodtype import cpu_model
+    from logitjudge.engine import Engine
     from logitjudge.models import load_model, set_threads
-    from logitjudge.probe.hooks import architecture
     from logitjudge.probe.patching import make_pairs, make_sites, patch_item, patch_item_plain
     from logitjudge.probe.prompts import probe_prompts
-    from logitjudge.probe.run import forward_mode
 
     threads = set_threads(args.threads)
     lm = load_model(args.model, device=args.device)
     wl = workloads.build(args.workload, lm)
     items = wl.items[:1] if args.quick else wl.items
-    arch = architecture(lm.model)
-    sites = make_sites(arch.n_layers, arch.n_heads, [s.strip() for s in args.sites.split(",")])
+    backend = Engine(lm, prefix_mode=args.prefix_mode).backend
+    mode = backend.name
+    sites = make_sites(backend.n_layers, backend.n_heads, [s.strip() for s in args.sites.split(",")])
     pairs = make_pairs(wl.orderings, args.pairs)
     if args.quick:
         pairs = pairs[:1]
     prompts = [probe_prompts(lm, wl.rubric, it, wl.orderings, wl.template) for it in items]
-    mode = forward_mode(lm.model, args.forward)
 
     def fast():
-        return [patch_item(lm.model, arch, pp, pairs, sites, mode=mode, max_rows=args.max_rows) for pp in prompts]
+        return [patch_item(backend, pp, pairs, sites, token_budget=args.token_budget) for pp in prompts]
 
     def plain():
-        return [patch_item_plain(lm.model, arch, pp, pairs, sites, logits=args.plain_logits) for pp in prompts]
+        return [patch_item_plain(lm.model, pp, pairs, sites, logits=args.plain_logits) for pp in prompts]
 
     load = {"before": os.getloadavg()}  # other jobs on the machine: the 1/5/15-minute load averages
     with torch.inference_mode():

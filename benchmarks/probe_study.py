@@ -3,7 +3,7 @@ appears (logit lens), the heads that carry it (order-swap patching of single hea
 to option positions), and where the chosen position / option is linearly decodable (probes).
 
 The run is the library's own probe path: a ``logitjudge run`` spec with a ``[probe]`` section (``experiment.
-prepare`` loads HANNA, ``probe_experiment`` runs :func:`logitjudge.probe.run.probe`, resumable, and writes the probe
+prepare`` loads HANNA, ``probe_experiment`` runs a :class:`logitjudge.run.ProbeRun`, resumable, and writes the probe
 page with :func:`logitjudge.report.probe.write_probe_report`); this script reads the page's ``probe.json``, prints
 the study's tables and draws one compact figure. Stories: ``--stories N`` WritingPrompts prompts drawn with
 ``--seed``, one story of each (its system drawn with the seed), criterion ``--criterion`` (Coherence), the HANNA
@@ -108,7 +108,7 @@ def head_rows(patch: dict, att: dict, top: int) -> tuple[list[dict], dict]:
     lo, hi = (np.array(x, dtype=float)[heads] for x in patch["preference_drop_ci"])
     index = np.array(att["position_index"], dtype=float)[layer, head]
     ilo, ihi = (np.array(x, dtype=float)[layer, head] for x in att["position_index_ci"])
-    top_pos = np.array(att["top_position"])[layer, head]
+    top_pos = np.array(att["top_position_index"])[layer, head] + 1  # positions 1..n, as a person counts them
     att_rank = np.empty(len(heads), int)
     att_rank[np.argsort(-index, kind="stable")] = np.arange(1, len(heads) + 1)
     order = np.argsort(-drop, kind="stable")
@@ -164,13 +164,13 @@ def print_tables(out: dict) -> None:
               f"Holm p < {lens['alpha']} and share >= {lens['fraction']})." if at is not None else
               "\nThe position preference does not appear: the output's χ² is not significant after Holm.")
     if heads:
-        print(f"\n## Heads (patched from the reversed ordering; preferred position {out['preferred_position'] + 1})\n")
+        print(f"\n## Heads (patched from the reversed ordering; preferred position {out['preferred_position']})\n")
         print("| head | drop of P(preferred position) [95% CI] | carries | to source | follows position | "
               "attention: top position, index [95% CI] (rank) |")
         print("|---|---|:-:|---:|---:|---|")
         for r in heads:
             print(f"| {r['head']} | {_f(r['drop'], 3)} {_ci(*r['drop_ci'], 3)} | {'yes' if r['carries'] else ''} | "
-                  f"{_f(r['to_source'])} | {_f(r['follows_position'])} | {r['attention_top_position'] + 1}, "
+                  f"{_f(r['to_source'])} | {_f(r['follows_position'])} | {r['attention_top_position']}, "
                   f"{_f(r['attention_index'])} {_ci(*r['attention_index_ci'])} ({r['attention_rank']}) |")
         sp = check.get("spearman_drop_vs_index")
         print(f"\nHeads that carry it (drop CI above 0): {', '.join(check['carrying_heads']) or 'none'}; "
@@ -193,7 +193,7 @@ def print_tables(out: dict) -> None:
 def draw(out: dict, res: dict, path: Path) -> Path:
     from matplotlib.figure import Figure
 
-    from logitjudge.report.probe import heatmap
+    from logitjudge.report.probe import NUMBERING, heatmap
 
     fig = Figure(figsize=(12, 6.4))
     axes = fig.subplots(2, 3)
@@ -201,8 +201,8 @@ def draw(out: dict, res: dict, path: Path) -> Path:
     lens = res.get("lens")
     if lens:
         lo = np.array(lens["log_odds"], dtype=float)
-        heatmap(a, lo, "lens: log-odds gained at each position", "position", "layer", fig=fig)
-        a.set_xticks(range(lo.shape[1]), [str(i + 1) for i in range(lo.shape[1])])
+        heatmap(a, lo, "lens: log-odds gained at each position", "position", "layer", fig=fig, x0=1)
+        a.set_xticks(range(1, lo.shape[1] + 1))
         if lens["emerges_at"] is not None:
             a.axhline(lens["emerges_at"] - 0.5, color="black", lw=1)
         b = axes[0, 1]
@@ -260,7 +260,7 @@ def draw(out: dict, res: dict, path: Path) -> Path:
         idx = np.array(att["position_index"], dtype=float)
         heatmap(e, idx, "attention to one position:\ntop share − 1/5 (digit: the position)", "head", "layer",
                 cmap="Reds", center=False, fig=fig)
-        for (ly, h), p in np.ndenumerate(np.array(att["top_position"])):
+        for (ly, h), p in np.ndenumerate(np.array(att["top_position_index"])):
             e.text(h, ly, str(p + 1), ha="center", va="center", fontsize=6)
         e.set_xticks(range(idx.shape[1]))
     else:
@@ -283,7 +283,8 @@ def draw(out: dict, res: dict, path: Path) -> Path:
     else:
         f.axis("off")
     fig.suptitle(out["title"], fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.text(0.5, 0.005, NUMBERING, ha="center", va="bottom", fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=80, metadata={"Software": None})
     return path
@@ -314,14 +315,12 @@ def main(argv=None) -> int:
 
     from logitjudge import stats as st
     from logitjudge.autodtype import cpu_model
-    from logitjudge.experiment import SpecError, check_labels, load_judge, prepare, probe_experiment, probe_settings
-    from logitjudge.probe.table import ProbeTable
+    from logitjudge.experiment import SpecError, check_labels, load_judge, prepare, probe_experiment
 
     t0 = time.perf_counter()
     try:  # every setting is checked before the model loads
         exp = prepare(study_spec(args), data_dir=args.data_dir)
         exp = replace(exp, items=one_story_per_prompt(exp.items, args.seed))
-        probe_args = probe_settings(exp)
     except SpecError as e:
         ap.error(str(e))
     check_labels(exp)
@@ -333,10 +332,9 @@ def main(argv=None) -> int:
                f"multi-token labels {multi}: teacher-forced sum over the label's tokens")
     load_before = os.getloadavg()
     t1 = time.perf_counter()
-    page = probe_experiment(exp, lm, probe_args, progress=True)
+    table, page = probe_experiment(exp, lm, progress=True)
     t_probe = time.perf_counter() - t1
     res = json.loads((page.parent / "probe.json").read_text())
-    table = ProbeTable.load(exp.out / "probe.npz")
     title = (f"{args.model} on HANNA {args.criterion}: {len(exp.items)} stories x {len(exp.option_orders)} "
              "balanced orderings (CIs over stories)")
     out = {"title": title, "model": args.model, "criterion": args.criterion, "stories": [it.id for it in exp.items],
@@ -344,7 +342,7 @@ def main(argv=None) -> int:
            "label_tokens": tokens, "label_reading": reading, "prompt_tokens_first_story": prompt_tokens,
            "position_preference": res["position_preference"], "probes": args.probes, "sites": args.sites,
            "n_boot": args.n_boot, "seed": args.seed, "threads": torch.get_num_threads(),
-           "seconds": {"load": t_load, "probe_and_page": t_probe, "probe_run": table.meta.get("seconds")},
+           "seconds": {"load": t_load, "probe_and_page": t_probe, "probe_run": table.meta["timings"]["probe_seconds"]},
            "cpu": cpu_model(), "load_average": {"before": load_before, "after": os.getloadavg()}}
     if "lens" in res:
         lens = res["lens"]
@@ -354,7 +352,7 @@ def main(argv=None) -> int:
                        "fraction": args.fraction}
         lens["emerges_at"], lens["fraction"] = onset, args.fraction
     if "patch" in res and "attention" in res:
-        out["preferred_position"] = res["patch"]["preferred_position"]
+        out["preferred_position"] = res["patch"]["preferred_position_index"] + 1  # 1..n
         out["heads"], out["head_check"] = head_rows(res["patch"], res["attention"], args.top)
     if "linear" in res:
         out["linear"] = linear_rows(res["linear"])

@@ -8,8 +8,8 @@ Runs five experiments (each a :mod:`logitjudge.experiment` spec, with its own re
 * ``mt_bench``: MT-Bench turn-1 answers of several models, bracketed template, 1-10 rubric -> position bias and
   the top-1 flip rate among the answers to a question;
 * ``hanna_all``: HANNA stories again with all 5! = 120 option orders per story -> the same findings with RANDOM
-  as its exact expectation over uniformly drawn orders (closed form at K=1, Monte-Carlo with its SE beyond) and
-  BALANCED read from the rotations inside the complete design;
+  as its expectation over uniformly drawn permutations (exact where the draws' joint outcomes can be enumerated,
+  else Monte-Carlo with its SE) and BALANCED read from the rotations inside the complete design;
 * ``hanna_multi``: 3 HANNA criteria in one prompt, criteria order permuted -> criterion-position spread.
 
 Every study is analysed twice from the same score table: with the study's reading (``greedy``: the label a
@@ -24,8 +24,9 @@ smoke version of a few minutes at most: one small group per data set, 4 random o
 
     python benchmarks/reproduce.py [--quick] [--minutes 25] [--threads auto] [--data-dir ../shared/data]
 
-Writes ``benchmarks/results/reproduce.json`` (``reproduce_quick.json`` with --quick) and prints a Markdown
-table. Reports and score tables go to ``benchmarks/results/reproduce[_quick]/<study>/``; a rerun reuses them.
+Writes ``benchmarks/results/reproduce.json`` (``reproduce_quick.json`` with --quick) and prints the study table
+(:mod:`findings`: one row per quantity, one column per study, notes under it) - the README's table. Reports and
+score tables go to ``benchmarks/results/reproduce[_quick]/<study>/``; a rerun reuses them.
 """
 
 from __future__ import annotations
@@ -43,21 +44,12 @@ import numpy as np
 from logitjudge.experiment import prepare, run_experiment
 from logitjudge.stats import jsonable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from findings import extract, findings, markdown, skipped  # noqa: E402 - the study table, a module of its own
+
 ROOT = Path(__file__).resolve().parent
 MT_MODELS = ["alpaca-13b", "claude-v1", "gpt-3.5-turbo", "gpt-4", "llama-13b", "vicuna-13b-v1.3"]
 HANNA_OPTIONS = 5  # HANNA's rubric rates every criterion 1-5
-STUDY = {  # the study's findings (study summary), quoted next to ours
-    "significance": "significant for every judge",
-    "direction": "model-specific: first-position for some judges, last-position for Gemma-3-27B and Qwen3.5-27B",
-    "criterion_spread": "criteria position moves scores by up to 0.80 points",
-    "gain3": "about 2/3 of the gain at K=3",
-    "gain5": "85% of the gain at K=5",
-    "balanced_vs_random": "BALANCED no better than RANDOM at sufficient K (K=10)",
-    "flip": "top-1 candidate flips in 16%-39% of prompts",
-    "human": "(context for the gains; no single number in the summary)",
-}
-
-
 def multi_slots(n_options: int, n_criteria: int) -> tuple[str, str]:
     """The slot mode of the multi-criteria study and why: exact marginal slots (every earlier answer summed over)
     when their label continuations per prompt fit the spec's continuation budget, else greedy slots."""
@@ -218,179 +210,47 @@ def _print_plan(rows: list[dict]) -> None:
               f"tokens/item, ~{r['est_minutes']:.1f} min")
 
 
-# ---- numbers from an analysis ------------------------------------------------------------------------------
-def extract(res: dict) -> dict:
-    """The numbers the findings table needs, per criterion."""
-    out = {"verdict": res["verdict"], "reading": res["settings"].get("reading"), "position": {}, "budget": {},
-           "alignment": {}, "flips": {}, "criterion_spread": None, "skipped": res.get("skipped", {})}
-    for c, pos in (res.get("position") or {}).items():
-        chi = (pos or {}).get("chi_square")
-        if chi:
-            out["position"][c] = {k: chi.get(k) for k in ("statistic", "pvalue", "dof", "cramers_v", "cramers_v_ci_low",
-                                                          "cramers_v_ci_high", "label", "alpha", "counts", "favoured",
-                                                          "reading", "n")}
-    for c, b in (res.get("budget") or {}).items():
-        if b:
-            ks = b["ks"]
-            at = {f"K={k}": {s: b["curves"][s][k - 1] for s in b["curves"]} for k in (1, 3, 5, ks[-1]) if k <= len(ks)}
-            gof = b.get("gain_over_fixed") or {}
-            gains = {s: {k: {"gain": gof[s][int(k[2:]) - 1], "ci": ci} for k, ci in cis.items()}
-                     for s, cis in (b.get("gain_ci") or {}).items() if s in gof}
-            out["budget"][c] = {"gain_at": b["gain_at"], "share_for": b.get("share_for", []), "r_at": at,
-                                "k_max": ks[-1], "gains": gains, "curves_se": b.get("curves_se"),
-                                "balanced_minus_random": b["balanced_minus_random"],
-                                "variance_share": b["variance_share"]}
-    method = res["settings"]["method"]
-    for c, al in (res.get("alignment") or {}).items():
-        if al:
-            out["alignment"][c] = {s: {"r": v[method]["statistic"], "se": v[method].get("se")}
-                                   for s, v in al["item"].items()}
-    for c, r in (res.get("rank_stability") or {}).items():
-        if r:
-            f, s = r["top1_flips"], r["stability"]
-            out["flips"][c] = {"flip": f["flip"], "ci_low": f["flip_ci_low"], "ci_high": f["flip_ci_high"],
-                               "certain": f["flip_certain"], "possible": f["flip_possible"], "tied": f["tied"],
-                               "n_groups": f["n_groups"],
-                               "change": {k: v["changed"] for k, v in (r.get("top1_change") or {}).items()},
-                               "pairwise": s["flip_rate"]}
-    cp = res.get("criterion_position")
-    if cp:
-        null_m, null_h = cp.get("null_spread_mean") or [], cp.get("null_spread_high") or []
-        out["criterion_spread"] = {c: {"spread": s, "ci_low": lo, "ci_high": hi,
-                                       "null_mean": null_m[j] if j < len(null_m) else None,
-                                       "null_high": null_h[j] if j < len(null_h) else None}
-                                   for j, (c, s, lo, hi) in enumerate(zip(res["table"]["criteria"], cp["spread"],
-                                                                          cp["spread_ci_low"], cp["spread_ci_high"]))}
+def sizes(record: dict) -> list[str]:
+    """One phrase per study: items, groups and orders (from the plan), for the table's notes."""
+    plan = {**{r["study"]: r for r in record.get("plan", [])},
+            **{r["study"]: r for rows in record.get("replans", []) for r in rows}}
+    out = []
+    for name, st in record["studies"].items():
+        if "spec" not in st or name not in plan:
+            continue
+        orders = st["spec"].get("orderings", {}).get("options", "balanced")
+        crits = (st["spec"]["data"].get("criteria") or ["one criterion"])
+        g = plan[name]["groups"]
+        out.append(f"{name}: {plan[name]['items']} items in {g} group{'' if g == 1 else 's'}, {orders} orders, "
+                   f"{', '.join(crits)}")
     return out
 
 
-def _f(x, fmt="{:.2f}") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
-
-
-# What the study measures and what stands for it here: (quantity, the study's definition, our counterpart).
-DEFINITIONS = {
-    "significance": ("Position bias significant", "χ² goodness of fit of the positions the judge's answers take "
-                     "(one answered label per prompt) against uniform",
-                     "the same test on the greedy answers (each prompt's most probable label, ties split) over "
-                     "balanced orders; refused for a random set shared by every item"),
-    "effect": ("Effect size", "Cramér's V of that χ²", "Cramér's V, percentile bootstrap CI over items"),
-    "direction": ("Direction", "which positions the judge favours",
-                  "positions whose share's CI lies above 1/n: first / last / edges (both ends) / middle / mixed"),
-    "criterion": ("Criterion position moves scores", "largest change of a criterion's mean score with the "
-                  "position it is asked at, in points",
-                  "max - min of a criterion's mean greedy score over its positions (bootstrap CI), beside the "
-                  "permutation-null spread (orderings shuffled within items) that noise alone gives"),
-    "gain3": ("Share of the full gain at K=3", "(r(K=3) - r_FIXED) / (r(Kmax) - r_FIXED) of the correlation with "
-              "humans, RANDOM prompts averaged", "the same share over FIXED at K=1, reported only where the full "
-              "gain is positive and its bootstrap CI excludes 0; RANDOM as the expectation over draws"),
-    "gain5": ("Share of the full gain at K=5", "as at K=3", "as at K=3"),
-    "bvr": ("BALANCED − RANDOM at equal K", "difference of the human correlations at the same K",
-            "r_BALANCED(K) - E[r_RANDOM(K)], RANDOM's K orders drawn uniformly per item: exact at K=1, else a "
-            "Monte-Carlo expectation ± its SE (≤ 0.005); over all 120 orders the draws are from every permutation"),
-    "flip": ("Top-1 flips", "share of prompts (groups of candidates) whose top-1 candidate under the canonical "
-             "order differs from the top-1 under another order",
-             "top1_flips: canonical vs each other ordering, averaged, ties broken uniformly (bootstrap CI over "
-             "groups), with the FIXED vs BALANCED top-1 change; the pairwise disagreement is another quantity"),
-    "human": ("Human correlation (item level)", "context", "Pearson r of FIXED / RANDOM (expectation, K=1, "
-              "± MC SE) / BALANCED scores with human ratings"),
-}
-
-
-LABELS = {"hanna_all": "hanna (all 120 orders)"}  # how a study is named in the findings
-
-
-def findings(studies: dict, numbers: str = "numbers") -> list[dict]:
-    """Rows: the quantity, the study's definition and finding, our counterpart and value, from each study's
-    ``numbers`` (the study's reading) or ``numbers_expected`` (the same tables, expected reading)."""
-    def each(key, only=("hanna", "hanna_all", "summeval", "mt_bench")):
-        """(study, criterion, numbers) of the studies designed for this finding (the multi-criteria run has
-        its own design: few option orders, crossed with criteria orders)."""
-        return [(LABELS.get(s, s), c, v) for s in only if (studies.get(s) or {}).get(numbers)
-                for c, v in (studies[s][numbers][key] or {}).items()]
-
-    rows = []
-    pos = each("position")
-    sig = [f"{s}/{c}: χ²={_f(v['statistic'], '{:.1f}')} (p={_f(v['pvalue'], '{:.2g}')})" for s, c, v in pos]
-    n_sig = sum(v["pvalue"] is not None and v["pvalue"] < v["alpha"] for _, _, v in pos)
-    rows.append(("significance", STUDY["significance"], f"{n_sig} of {len(pos)} criteria significant; "
-                 + "; ".join(sig)))
-    rows.append(("effect", "per judge in the paper",
-                 "; ".join(f"{s}/{c}: {_f(v['cramers_v'])} [{_f(v['cramers_v_ci_low'])}, "
-                           f"{_f(v['cramers_v_ci_high'])}]" for s, c, v in pos)))
-    rows.append(("direction", STUDY["direction"],
-                 "; ".join(f"{s}/{c}: {v['label']} (counts {[round(x) for x in v.get('counts') or []]})"
-                           for s, c, v in pos)))
-    spreads = each("criterion_spread", only=("hanna_multi",))
-    if spreads:
-        ours = "; ".join(f"{c}: {_f(v['spread'])} [{_f(v['ci_low'])}, {_f(v['ci_high'])}] (null {_f(v['null_mean'])}, "
-                         f"95% {_f(v['null_high'])})" for _, c, v in spreads)
-    else:
-        why = studies.get("hanna_multi", {}).get("skipped_reason") or (
-            (studies.get("hanna_multi", {}).get(numbers) or {}).get("skipped", {}).get("criterion_position"))
-        ours = f"skipped: {why or 'no multi-criteria run'}"
-    note = studies.get("hanna_multi", {}).get("note")
-    rows.append(("criterion", STUDY["criterion_spread"], ours + (f" ({note})" if note else "")))
-    budget = each("budget", only=("hanna", "hanna_all", "summeval"))
-    for k, key in ((3, "gain3"), (5, "gain5")):
-        parts = []
-        for s, c, v in budget:
-            for strat in ("random", "balanced"):
-                g = (v["gains"].get(strat) or {}).get(f"K={v['k_max']}")
-                share = v["gain_at"].get(strat, {}).get(f"K={k}") if strat in v.get("share_for", []) else None
-                if g:
-                    parts.append(f"{s}/{c} {strat.upper()}: " + (_f(share, "{:.0%}") if share is not None else
-                                 f"no share (gain {_f(g['gain'], '{:+.3f}')} [{_f(g['ci'][0], '{:+.3f}')}, "
-                                 f"{_f(g['ci'][1], '{:+.3f}')}])"))
-        rows.append((key, STUDY[key], "; ".join(parts) or "n/a"))
-    def delta_at(d, se, k):  # Δr at K, with RANDOM's Monte-Carlo SE (none printed where exact)
-        if len(d) < k:
-            return "n/a"
-        return _f(d[k - 1], "{:+.3f}") + (f" ± {se[k - 1]:.3f}" if len(se) >= k and se[k - 1] else "")
-
-    bvr = []
-    for s, c, v in budget:
-        d, se = v["balanced_minus_random"], (v.get("curves_se") or {}).get("random") or []
-        if d:
-            bvr.append(f"{s}/{c}: Δr(K=1)={delta_at(d, se, 1)}, Δr(K=3)={delta_at(d, se, 3)}, "
-                       f"Δr(K={v['k_max']})={delta_at(d, se, v['k_max'])}")
-    rows.append(("bvr", STUDY["balanced_vs_random"], "; ".join(bvr) or "n/a"))
-    flips = each("flips", only=("mt_bench", "hanna", "hanna_all", "summeval"))
-    rows.append(("flip", STUDY["flip"],
-                 "; ".join(f"{s}/{c}: {_f(v['flip'], '{:.0%}')} [{_f(v['ci_low'], '{:.0%}')}, "
-                           f"{_f(v['ci_high'], '{:.0%}')}] over {v['n_groups']} groups (FIXED vs BALANCED "
-                           f"{_f(v['change'].get('balanced'), '{:.0%}')}; pairwise {_f(v['pairwise'], '{:.0%}')})"
-                           for s, c, v in flips) or "n/a"))
-    al = each("alignment", only=("hanna", "hanna_all", "summeval"))
-    rows.append(("human", STUDY["human"],
-                 "; ".join(f"{s}/{c}: " + " / ".join(
-                     _f((v.get(k) or {}).get("r")) + (f" ± {_f(v[k]['se'], '{:.3f}')}" if (v.get(k) or {}).get("se")
-                                                       else "") for k in ("fixed", "random", "balanced"))
-                           for s, c, v in al) or "n/a"))
-    return [{"finding": DEFINITIONS[key][0], "definition": DEFINITIONS[key][1], "study": b,
-             "counterpart": DEFINITIONS[key][2], "ours": c} for key, b, c in rows]
-
-
-def markdown(rows: list[dict], expected: list[dict], model: str) -> str:
-    """The findings table: this run's numbers under the study's reading (greedy) and, beside them, the same
-    tables under the expected reading."""
-    lines = [f"| quantity | the study's definition | study | this toolkit's counterpart | this run ({model}), "
-             "greedy reading | the same tables, expected reading |", "|---|---|---|---|---|---|"]
-    for r, e in zip(rows, expected):
-        same = e["ours"] == r["ours"]  # the χ² rows test the answered labels under every reading
-        lines.append(f"| {r['finding']} | {r['definition']} | {r['study']} | {r['counterpart']} | {r['ours']} | "
-                     f"{'the same (this test reads the answered labels under every reading)' if same else e['ours']} |")
-    return "\n".join(lines)
-
-
-def expected_numbers(spec: dict, data_dir) -> dict:
-    """The numbers of a finished study's table analysed under the expected reading (no scoring)."""
+def reanalysed(spec: dict, data_dir, reading: str) -> dict:
+    """The numbers of a finished study's table analysed under ``reading`` (no scoring, no model)."""
     from logitjudge.experiment import analyze_experiment
     from logitjudge.table import ScoreTable
 
-    spec = dict(spec, analysis={**spec["analysis"], "reading": "expected"})
+    spec = dict(spec, analysis={**spec["analysis"], "reading": reading})
     exp = prepare(spec, data_dir=data_dir)
     return extract(analyze_experiment(exp, ScoreTable.load(exp.table_path)))
+
+
+def table_only(json_path: Path, data_dir) -> int:
+    """Re-analyse the score tables of the run recorded in ``json_path`` with this code and print its study table
+    (the sizes and timings stay those of the run)."""
+    record = json.loads(json_path.read_text(encoding="utf-8"))
+    for st in record["studies"].values():
+        if "spec" in st:
+            st["numbers"] = reanalysed(st["spec"], data_dir, st["spec"]["analysis"]["reading"])
+            st["numbers_expected"] = reanalysed(st["spec"], data_dir, "expected")
+    record["findings"] = findings(record["studies"])
+    record["findings_expected"] = findings(record["studies"], "numbers_expected")
+    json_path.write_text(json.dumps(jsonable(record), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(markdown(record["findings"], record["findings_expected"], record["model"], sizes(record),
+                   skipped(record["studies"])))
+    print(f"\nre-analysed the tables of {json_path} ({record['total_seconds'] / 60:.1f} min run)")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -406,7 +266,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-multi", action="store_true", help="skip the multi-criteria study")
     ap.add_argument("--n-boot", type=int, default=None, help="bootstrap resamples (default 1000, --quick 200)")
     ap.add_argument("--json", default=None, help="output JSON (default benchmarks/results/reproduce[_quick].json)")
+    ap.add_argument("--table-only", action="store_true",
+                    help="no scoring: re-analyse the tables of the last run (its JSON) and print the study table")
     args = ap.parse_args(argv)
+    if args.table_only:
+        tag = "reproduce_quick" if args.quick else "reproduce"
+        return table_only(Path(args.json) if args.json else ROOT / "results" / f"{tag}.json", args.data_dir)
     import torch
 
     from logitjudge.models import load_model
@@ -459,7 +324,7 @@ def main(argv=None) -> int:
         record["studies"][name] = {"spec": st["spec"], "report": res["report"], "seconds": time.perf_counter() - t0,
                                    "score_seconds": secs, "tokens": toks, "table_reused": reused,
                                    "tokens_per_s": toks / secs if secs else None, "numbers": extract(res["results"]),
-                                   "numbers_expected": expected_numbers(st["spec"], args.data_dir),
+                                   "numbers_expected": reanalysed(st["spec"], args.data_dir, "expected"),
                                    **({"note": st["_note"]} if st.get("_note") else {})}
         print(f"[{name}] {res['verdict']}")
         print(f"[{name}] {'reused the scores of an earlier run: ' if reused else ''}scored {toks} tokens in "
@@ -471,7 +336,8 @@ def main(argv=None) -> int:
     json_path.write_text(json.dumps(jsonable(record), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"\n## Findings: the study vs {args.model} ({'quick' if args.quick else 'full'} run, "
           f"{record['total_seconds'] / 60:.1f} min)\n")
-    print(markdown(record["findings"], record["findings_expected"], args.model))
+    print(markdown(record["findings"], record["findings_expected"], args.model, sizes(record),
+                   skipped(record["studies"])))
     print(f"\nwrote {json_path}")
     return 0
 

@@ -30,7 +30,7 @@ Token counts (what each peer must run through the model):
 
 * ``plain_tokens``: one full forward per distinct (prompt + continuation[:-1]) sequence of each prompt, as in
   ``logitjudge.engine.plain_prompt_logprobs`` (single-token labels: the sum of the prompt lengths).
-* ``padded_tokens(batch_size)``: rows x padded width of ``logitjudge.baselines.batched_prompt_logprobs`` over
+* ``padded_tokens(batch_size)``: rows x padded width of ``logitjudge.judge.baselines.batched_prompt_logprobs`` over
   all prompts (longest first, ``batch_size`` rows per batch); single-token labels only.
 * ``trie_tokens``: distinct token prefixes of those sequences per item (a token trie's nodes): the tokens any
   exact method must process once. ``Engine(lm, min_shared=0).stats["tokens"]`` equals it; the default

@@ -187,17 +187,21 @@ _ACTIVE: list[Recorder] = []
 
 
 @contextmanager
-def recording():
+def recording(rec: Recorder | None = None):
     """``with recording() as rec:``: every dispatched call inside is recorded in ``rec`` (nested recorders each
-    see the calls)."""
-    rec = Recorder()
+    see the calls). ``recording(rec)`` records into an existing recorder (a backend keeps one over its life);
+    entered again while already active it adds nothing, so a nested call is counted once."""
+    rec = Recorder() if rec is None else rec
     with _LOCK:
-        _ACTIVE.append(rec)
+        added = not any(r is rec for r in _ACTIVE)
+        if added:
+            _ACTIVE.append(rec)
     try:
         yield rec
     finally:
-        with _LOCK:
-            _ACTIVE.remove(rec)
+        if added:
+            with _LOCK:
+                _ACTIVE.remove(rec)
 
 
 def record(kernel: str, impl: str, bucket: str, decision: dict) -> None:

@@ -2,6 +2,7 @@
 
 from .orderings import balanced, fixed, is_balanced
 from .orderings import random as random_orders
+from .orderings import shared_random as shared_random_orders
 from .rubric import Criterion, Rubric, ScoreOption, builtin_rubric, load_rubric
 from .table import ScoreTable
 
@@ -9,5 +10,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Criterion", "Rubric", "ScoreOption", "ScoreTable", "balanced", "builtin_rubric", "fixed", "is_balanced",
-    "load_rubric", "random_orders", "__version__",
+    "load_rubric", "random_orders", "shared_random_orders", "__version__",
 ]

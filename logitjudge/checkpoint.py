@@ -4,6 +4,9 @@ Each line is one JSON object whose framing carries the item count, the payload's
 
     {"lj":2,"items":3,"bytes":812,"crc32":"1a2b3c4d","data":{"items":[[id, probs, label_mass], ...]}}
 
+An item's record is written by the run's codec: a score run's ``[id, probs, label_mass]`` (:data:`SCORES`), a
+probe run's ``[id, {name: array}]`` with each array's dtype, shape and raw bytes in base64 (:data:`ARRAYS`).
+
 The payload is checked byte for byte against the length and checksum, so a record cut by a kill (the torn tail) is
 recognised, reported with the number of items it costs and truncated before the run appends; a damaged record in
 the middle is skipped and reported and every good record after it is kept. The first record (``items`` 0) holds
@@ -19,6 +22,7 @@ A lock (``<out>.lock``, ``flock`` where the OS has it, holding the writer's pid)
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -30,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from . import faults
+from .errors import LogitJudgeError
 
 log = logging.getLogger("logitjudge")
 
@@ -38,8 +43,47 @@ _FRAME = re.compile(rb'\{"lj":2,"items":(\d+),"bytes":(\d+),"crc32":"([0-9a-f]{8
 _FIX_FOREIGN = "move it away or delete it, or choose another --out"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(LogitJudgeError, ValueError):
     """A checkpoint file cannot be used; the message names the file and the fix."""
+
+
+class ScoreRecords:
+    """A score run's item record: (probs, label_mass) arrays, written as nested lists (JSON floats round-trip
+    exactly)."""
+
+    @staticmethod
+    def normalize(record) -> tuple:
+        return tuple(np.asarray(x) for x in record)
+
+    @staticmethod
+    def encode(record) -> list:
+        return [x.tolist() for x in record]
+
+    @staticmethod
+    def decode(fields: list) -> tuple:
+        return tuple(np.asarray(x) for x in fields)
+
+
+class ArrayRecords:
+    """A probe run's item record: ``{name: array}`` of any dtype and shape (hidden states are large), written as
+    each array's dtype, shape and raw bytes in base64 (exact, a third larger than the bytes)."""
+
+    @staticmethod
+    def normalize(record) -> dict:
+        return {k: np.asarray(v) for k, v in record.items()}
+
+    @staticmethod
+    def encode(record) -> list:
+        return [{k: [v.dtype.str, list(v.shape), base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]
+                 for k, v in record.items()}]
+
+    @staticmethod
+    def decode(fields: list) -> dict:
+        return {k: np.frombuffer(base64.b64decode(data), dtype=np.dtype(dt)).reshape(shape).copy()
+                for k, (dt, shape, data) in fields[0].items()}
+
+
+SCORES, ARRAYS = ScoreRecords(), ArrayRecords()
 
 
 def frame(payload: dict, n_items: int) -> bytes:
@@ -153,16 +197,18 @@ def _alive(pid: int) -> bool:
 
 
 class Checkpoint:
-    """Append-only record of finished items for one run (identified by its fingerprint).
+    """Append-only record of finished items for one run (identified by its fingerprint), score or probe.
 
-    ``done[item_id] = (probs, label_mass)`` (arrays, exact). ``add`` / ``add_batch`` append
-    one durable record; ``finish`` removes the file and the lock after the table is saved; ``close`` releases the
-    lock and keeps the file (an interrupted or failed run).
+    ``done[item_id]`` = the item's record as ``codec`` reads it back (:data:`SCORES`: ``(probs, label_mass)``;
+    :data:`ARRAYS`: ``{name: array}``), exact. ``add`` / ``add_batch`` append one durable record; ``finish``
+    removes the file and the lock after the table is saved; ``close`` releases the lock and keeps the file (an
+    interrupted or failed run).
     """
 
-    def __init__(self, out: str | Path | None, fingerprint: str, *, tag: str = ""):
+    def __init__(self, out: str | Path | None, fingerprint: str, *, tag: str = "", codec=SCORES):
         self.path = None if out is None else Path(f"{out}{tag}.partial.jsonl")
         self.fingerprint = fingerprint
+        self.codec = codec
         self.done: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = None
         if self.path is None:
@@ -191,8 +237,8 @@ class Checkpoint:
         for p in problems:
             log.warning("%s: %s", self.path, p)
         for rec in good:
-            for item_id, probs, mass in rec["items"]:
-                self.done[item_id] = (np.asarray(probs), np.asarray(mass))
+            for item_id, *fields in rec["items"]:
+                self.done[item_id] = self.codec.decode(fields)
         if end < self.path.stat().st_size:
             os.truncate(self.path, end)
         with self.path.open("rb+") as f:
@@ -207,16 +253,16 @@ class Checkpoint:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
-    def add(self, item_id: str, probs, mass) -> None:
-        self.add_batch({item_id: (probs, mass)})
+    def add(self, item_id: str, *record) -> None:
+        self.add_batch({item_id: record if len(record) > 1 else record[0]})
 
     def add_batch(self, results: dict) -> None:
-        """One record for several items: ``{item_id: (probs, label_mass)}``."""
-        recs = {i: (np.asarray(p), np.asarray(m)) for i, (p, m) in results.items()}
+        """One record for several items: ``{item_id: record}`` (a score run's ``(probs, label_mass)``)."""
+        recs = {i: self.codec.normalize(r) for i, r in results.items()}
         if self.path is not None:
             if not self.path.exists():
                 self._write_header()
-            self._append(frame({"items": [[i, p.tolist(), m.tolist()] for i, (p, m) in recs.items()]}, len(recs)))
+            self._append(frame({"items": [[i, *self.codec.encode(r)] for i, r in recs.items()]}, len(recs)))
             faults.trace(recs)
         self.done.update(recs)
 

@@ -1,11 +1,13 @@
-"""Command line: ``logitjudge score | analyze | run | demo`` (also ``python -m logitjudge``).
+"""Command line: logitjudge score | analyze | run | probe | demo (also python -m logitjudge).
 
-``score`` builds a spec from its flags and runs it like ``run`` runs a TOML spec (the flags, their choices,
-defaults and help are the fields of logitjudge.spec).
+score and probe build a spec from their flags and run it as run runs a TOML spec; the flags, their choices,
+defaults and help are the fields of logitjudge.spec. run takes the same --limit, --threads, --token-budget,
+--dump-prompts and --quiet over its spec's values. A run prints one line when it starts (items, prompts, trie
+tokens, batches) and a bar with tokens/s and an ETA (--quiet: neither).
 
 exit codes: 0 done; 2 bad usage or bad input (one line naming the problem and the fix); 130 interrupted
-(Ctrl-C or SIGTERM: finished batches are saved, run the same command again to continue); 1 internal error (one
-line; the traceback with --debug).
+(Ctrl-C or SIGTERM: the line says how many items are saved; run the same command again to continue); 1 internal
+error (one line; the traceback with --debug).
 """
 
 from __future__ import annotations
@@ -17,14 +19,33 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .probe import cli as probe_cli
-from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, PromptSpec, Spec, add_flags
+from .errors import LogitJudgeError
+from .progress import Interrupted
+from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, ProbeSpec, PromptSpec, Spec, add_flags
 
 log = logging.getLogger("logitjudge")
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; a flag's help ends in its default only where it has one (not on a required flag,
+    nor where the default is None or a switch's False)."""
+
+    def _get_help_string(self, action):
+        help = action.help or ""
+        if "%(default)" in help or "(default:" in help or action.required or not action.option_strings \
+                or any(action.default is x for x in (None, False, argparse.SUPPRESS)):  # 0 is a default
+            return help
+        return help + " (default: %(default)s)"
+
+    def _split_lines(self, text, width):
+        import textwrap
+
+        # flags stay whole: "--multi-criteria" is not broken after its hyphen
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
+
+def _quiet(parser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no start line, no progress bar: warnings only")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,11 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("score", "exact option distributions for texts under permuted rubrics")
     add_flags(s, ModelSpec, dest_prefix="model.")
-    add_flags(s, DataSpec, dest_prefix="data.", required=("texts",))
+    add_flags(s, DataSpec, dest_prefix="data.", one_of=("name", "texts"))
     add_flags(s, PromptSpec, dest_prefix="prompts.")
     add_flags(s, OrderingSpec, dest_prefix="orderings.")
-    add_flags(s, Spec, required=("out",))
-    s.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
+    add_flags(s, Spec, required=("out",), helps={
+        "out": "the score table to write (.npz); an interrupted run continues from OUT.partial.jsonl"})
+    _quiet(s)
 
     a = command("analyze", "position bias, aggregation, human alignment, rank stability")
     a.add_argument("table", help="a score table (.npz) written by score or run")
@@ -58,17 +80,39 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--export", default=None, metavar="FILE",
                    help="write the table's long DataFrame (one row per item, criterion, ordering, option) to "
                         "FILE.parquet or FILE.csv instead of analysing it")
+    a.add_argument("--scores", default=None, metavar="FILE",
+                   help="also write one row per item and criterion (fixed, balanced, random, pride and human "
+                        "scores under --reading, label mass) to FILE.csv or FILE.parquet")
     add_flags(a, AnalysisSpec, dest_prefix="analysis.")
 
-    r = command("run", "run an experiment spec (.toml): score, analyse, report")
+    r = command("run", "run an experiment spec (.toml): score, analyse, report (and probe with [probe])")
     r.add_argument("spec", help="experiment spec (.toml); see experiments/")
-    r.add_argument("--data-dir", default=None, help="data sets folder (default: $LOGITJUDGE_DATA)")
     r.add_argument("--out", default=None, help="report folder (default: the spec's out)")
+    # the flags run shares with score and probe, set over the spec's values; the spec names the data and design
+    add_flags(r, ModelSpec, only=("threads", "token_budget"), dest_prefix="model.", defaults=False)
+    add_flags(r, DataSpec, only=("dir", "limit"), dest_prefix="data.", defaults=False)
+    add_flags(r, Spec, only=("dump_prompts",), defaults=False)
+    _quiet(r)
+
+    p = command("probe", "where position bias comes from inside the judge: logit lens, attention to option lines, "
+                         "order-swap patching, linear probes")
+    add_flags(p, ModelSpec, dest_prefix="model.")
+    add_flags(p, DataSpec, dest_prefix="data.", one_of=("name", "texts"))
+    add_flags(p, PromptSpec, only=("template",), dest_prefix="prompts.",
+              helps={"template": "built-in template name or .toml file; unset: text-first"})
+    add_flags(p, OrderingSpec, only=("options", "seed"), dest_prefix="orderings.")
+    add_flags(p, ProbeSpec, dest_prefix="probe.", helps={"probes": "comma-separated probes to run: lens, attention, "
+                                                             "patch, linear"})
+    p.set_defaults(**{"probe.probes": "lens,attention,patch,linear"})
+    add_flags(p, AnalysisSpec, only=("n_boot",), dest_prefix="analysis.")
+    add_flags(p, Spec, required=("out",), helps={
+        "out": "the probe table to write (.npz); an interrupted run continues from OUT.partial.jsonl",
+        "dump_prompts": "write every probed prompt and continuation to this JSONL"})
+    _quiet(p)
 
     d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo", help="report folder")
     d.add_argument("--model", default="gemma-3-270m", help="judge model id or folder")
-    probe_cli.add_parser(command)
     return ap
 
 
@@ -81,6 +125,20 @@ def cmd_score(args) -> int:
     table = score_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
     print(f"wrote {exp.table_path}: {table.shape[0]} items x {table.shape[1]} criteria x {table.shape[2]} "
           f"orderings x {table.shape[3]} options")
+    return 0
+
+
+def cmd_probe(args) -> int:
+    from .experiment import check_labels, load_judge, prepare, probe_experiment
+    from .spec import from_flags
+
+    exp = prepare(from_flags(args, name="probe"))  # everything but the model is checked here
+    check_labels(exp)
+    table, page = probe_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
+    print(f"wrote {exp.probe_path}: {len(table.item_ids)} items x {table.probs.shape[1]} orderings, probes "
+          f"{','.join(table.meta['probes'])}")
+    if page is not None:
+        print(f"report: {page}")
     return 0
 
 
@@ -100,6 +158,15 @@ def cmd_analyze(args) -> int:
     if args.human:
         human, groups = read_human_scores(args.human, group_by=args.group_by)
     a = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("analysis.")}
+    if args.scores:  # one row per item and criterion
+        from .sections.scores import item_scores, write_item_scores
+
+        path = Path(args.scores)
+        if path.suffix not in (".parquet", ".csv"):
+            raise UsageError(f"--scores {path}: the file must end in .csv or .parquet")
+        frame = write_item_scores(item_scores(table, reading=a["reading"], human=human, groups=groups or None),
+                                  path)
+        print(f"wrote {path}: {len(frame)} rows (one per item and criterion)", file=sys.stderr)
     res = analyze(table, human=human, groups=groups or None, rng=a["seed"], n_boot=a["n_boot"], method=a["method"],
                   n_draws=a["n_draws"], reading=a["reading"])
     print(json.dumps(res, indent=2) if args.json else format_markdown(res))
@@ -121,7 +188,10 @@ def _export(table, path: Path) -> int:
 def cmd_run(args) -> int:
     from .experiment import run_experiment
 
-    res = run_experiment(args.spec, data_dir=args.data_dir, out=args.out)
+    over = {"model": {"threads": getattr(args, "model.threads"), "token_budget": getattr(args, "model.token_budget")},
+            "data": {"dir": getattr(args, "data.dir"), "limit": getattr(args, "data.limit")},
+            "": {"dump_prompts": args.dump_prompts}}
+    res = run_experiment(args.spec, out=args.out, overrides=over, progress=not args.quiet)
     print(res["verdict"])
     print(f"report: {res['report']}")
     if "probe_report" in res:
@@ -135,11 +205,10 @@ def cmd_demo(args) -> int:
     return run_demo(args.out, model=args.model)
 
 
-COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo,
-            "probe": probe_cli.cmd_probe}
+COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo, "probe": cmd_probe}
 
 
-class UsageError(ValueError):
+class UsageError(LogitJudgeError, ValueError):
     """Flags that do not go together."""
 
 
@@ -154,10 +223,14 @@ def main(argv=None) -> int:
     previous = signal.signal(signal.SIGTERM, _sigterm) if _main_thread() else None
     try:
         return COMMANDS[args.cmd](args)
-    except KeyboardInterrupt:
-        print("\ninterrupted: finished batches are saved; run the same command again to continue", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        if isinstance(e, Interrupted):  # a run counted what its checkpoint holds
+            print(f"interrupted: {e}", file=sys.stderr)
+        else:
+            print("\ninterrupted while no batch was being scored: the items saved before are kept; run the same "
+                  "command to continue", file=sys.stderr)
         return 130
-    except (ValueError, OSError, *_expected_errors()) as e:
+    except (LogitJudgeError, OSError) as e:
         # the errors logitjudge raises itself say what is wrong and how to fix it
         if args.debug:
             raise
@@ -172,13 +245,6 @@ def main(argv=None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-
-
-def _expected_errors() -> tuple:
-    from .engine import EngineError
-    from .models import ModelError
-
-    return (ModelError, EngineError)
 
 
 def _main_thread() -> bool:

@@ -1,13 +1,21 @@
-"""Data-parallel scoring through accelerate's process state: ``torchrun --nproc_per_node N -m logitjudge score ...``.
+"""Data-parallel runs through accelerate's process state: ``torchrun --nproc_per_node N -m logitjudge score ...``.
 
-Every rank loads the judge (on ``cuda:LOCAL_RANK`` when the device is CUDA; gloo on CPU), scores its contiguous
-share of the items with its own checkpoint, and the finished records are gathered so every rank holds the whole
-table; rank 0 writes it. A model too large for one GPU is split by accelerate instead (``--device auto``).
+Every rank loads the judge on its own device (:func:`rank_device`: ``cuda`` becomes ``cuda:LOCAL_RANK`` before
+the model loads; gloo on CPU), runs its contiguous share of the items with its own checkpoint, and the finished
+records are gathered so every rank holds the whole table; rank 0 writes it. A model too large for one GPU is
+split by accelerate instead (``--device auto``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+from .errors import LogitJudgeError
+
+
+class DistributedError(LogitJudgeError, RuntimeError):
+    """A torchrun layout this machine cannot serve."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,22 @@ def current(device: str = "cpu") -> World:
     return World(PartialState(cpu=not str(device).startswith("cuda")))
 
 
-def rank_device(device: str, world: World) -> str:
-    """Each rank on its own GPU: ``cuda`` becomes ``cuda:LOCAL_RANK``."""
-    return f"cuda:{world.local_rank}" if world.active and device == "cuda" else device
+def rank_device(device: str, env=None, device_count: int | None = None) -> str:
+    """The device this process loads the judge on: under torchrun (``WORLD_SIZE`` > 1) ``cuda`` becomes
+    ``cuda:LOCAL_RANK``, so every rank of a node has a GPU of its own; any other device (``cpu``, ``cuda:N``,
+    ``auto``) is kept. Read from torchrun's environment (``env``, default ``os.environ``) before any process
+    group exists. Refused when a node runs more ranks than it has GPUs (``device_count``: default the CUDA
+    device count)."""
+    env = os.environ if env is None else env
+    if device != "cuda" or int(env.get("WORLD_SIZE", "1")) <= 1:
+        return device
+    local = int(env.get("LOCAL_RANK", "0"))
+    if device_count is None:
+        import torch
+
+        device_count = torch.cuda.device_count()
+    if local >= device_count:
+        raise DistributedError(f"torchrun rank {local} of this node has no GPU of its own: the node has "
+                               f"{device_count}; start at most {device_count} ranks per node (--nproc_per_node "
+                               f"{max(device_count, 1)}), or use --device cpu")
+    return f"cuda:{local}"

@@ -2,31 +2,27 @@
 
 Per item, all prompt + label-continuation sequences go into one token trie (:mod:`logitjudge.trie`). The tries are
 evaluated level by level: a level's segments (of all items) run as right-padded batches on top of their parents'
-caches (:class:`~logitjudge.forward.PrefixKV`, held once, never copied per row or per child), hidden states are
-read only where a label token is predicted, and the unembedding + full-vocabulary log-softmax (fp32) is applied
-only there, once per run.
+caches (:class:`~logitjudge.judge.prefix.PrefixKV`, held once, never copied per row or per child), hidden states
+are read only where a label token is predicted, and the unembedding + full-vocabulary log-softmax (fp32) is
+applied only there, once per evaluation. The model is reached only through its backend
+(:class:`~logitjudge.judge.backends.base.Backend`: the forward, the read-out head).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from logitjudge_kernels import label_logprobs
 
 from . import faults
 from . import trie as trie_mod
-from .capabilities import MODES, choose_mode
-from .forward import FORWARDS, PrefixKV, head_params, install_shared_attention, n_layers
-from .native import NativeGemma3
+from .errors import LogitJudgeError
+from .judge import MODES, ModeError, PrefixKV, backend_for
 from .prompts import EncodedPrompt
 
-READ_CHUNK_ELEMS = 1 << 27  # 512 MiB of fp32 logits at most
 
-
-class EngineError(RuntimeError):
+class EngineError(LogitJudgeError, RuntimeError):
     pass
 
 
@@ -70,9 +66,9 @@ class JobResult:
 class Engine:
     """Exact label log-probabilities with a shared-prefix trie.
 
-    ``prefix_mode``: "auto" (default: the fastest mode that computes the model exactly,
-    :func:`logitjudge.capabilities.choose_mode`; ``mode_meta`` says which and why), "native" (the fused step
-    function of :mod:`logitjudge.native`, Gemma-3), "shared" (transformers' forward with the prefix KV, or a
+    ``prefix_mode`` names the backend (:mod:`logitjudge.judge.backends`): "auto" (default: the fastest that
+    computes the model exactly, :func:`logitjudge.judge.choose_mode`; ``mode_meta`` says which and why),
+    "native" (the fused Gemma-3 step function), "shared" (transformers' forward with the prefix KV, or a
     linear-attention layer's recurrent state, held once, read through the shared-prefix attention function),
     "copy" (the prefix copied into a per-row ``DynamicCache``) or "plain" (every sequence from its first token,
     no cache; exact for any causal LM, no shared work). A mode that cannot compute the model exactly is refused
@@ -87,65 +83,63 @@ class Engine:
         if prefix_mode not in modes:
             raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {modes}")
         self.model = lm.model
-        try:
-            self.mode_choice = choose_mode(self.model, prefix_mode)
-        except ValueError as e:
-            raise EngineError(str(e)) from None
-        self.mode_meta = self.mode_choice.meta()  # copied into the table's meta
-        prefix_mode = self.mode_choice.mode
         if int(token_budget) != token_budget or token_budget < 1:
             raise EngineError(f"token_budget must be a positive integer (rows x padded tokens per batch), got "
                               f"{token_budget!r}; use e.g. --token-budget 4096")
+        try:
+            self.backend, self.mode_choice = backend_for(self.model, prefix_mode)
+        except ModeError as e:
+            raise EngineError(str(e)) from None
+        self.mode_meta = self.mode_choice.meta()  # copied into the table's meta
+        self.prefix_mode = self.backend.name
         self.token_budget = int(token_budget)
         self.min_shared = int(min_shared)
-        self.prefix_mode = prefix_mode
-        if prefix_mode == "shared":
-            install_shared_attention(self.model)
-        # (ids, prefix, *, capture, select) -> (hidden, captured); the native step function holds its model
-        self._forward = (NativeGemma3(self.model) if prefix_mode == "native"
-                         else functools.partial(FORWARDS[prefix_mode], self.model))
         # how the GEMMs ran: the native route (fp32, bf16, bf16_upcast, plain) or transformers' modules
-        self.gemm_route = getattr(self._forward, "route", "transformers")
-        self.n_layers = n_layers(self.model)
-        weight, self._scale, self._softcap = head_params(self.model)
-        self._weight = weight if weight.dtype == torch.float32 else weight.float()  # fp32 read-out, once
-        self.device = next(self.model.parameters()).device
+        self.gemm_route = self.backend.route
+        self.n_layers = self.backend.n_layers
+        self.head = self.backend.head
+        self.device = self.backend.device
         self.stats = {"tokens": 0, "padded_tokens": 0, "forward_calls": 0, "reads": 0}
+        # called with the tokens of every forward call that finished (a run's progress bar); None: nobody listens
+        self.on_forward = None
 
     # ---- core ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def run(self, jobs: list[Job]) -> list[JobResult]:
+    def evaluate(self, jobs: list[Job]) -> list[JobResult]:
         """Evaluate jobs: every job's trie, level by level, the segments of all jobs batched together."""
         results = [JobResult() for _ in jobs]
         self._pending: list = []  # read points of every batch, read out together at the end
         empty = PrefixKV.empty(self.n_layers)
         entries = []  # (job index, trie node, the prefix it continues)
         for j, job in enumerate(jobs):
-            ends = None if job.keep is None else list(job.keep)
-            if self.prefix_mode == "plain":  # whole sequences, one node each: nothing shared, nothing cached
-                if job.prefix is not None or job.keep is not None:
-                    raise EngineError("prefix_mode='plain' cannot continue or keep prefix caches (multi-criteria "
-                                      "slots); this model has no exact cached mode for them")
-                roots = [r for s, rd in zip(job.sequences, job.reads) for r in trie_mod.build([s], [rd])]
-            else:
-                roots = trie_mod.build(job.sequences, job.reads, ends, min_shared=self.min_shared)
-            entries += [(j, n, job.prefix if job.prefix is not None else empty) for n in roots]
+            entries += [(j, n, job.prefix if job.prefix is not None else empty) for n in self._roots(job)]
         self._descend(entries, results)
         self._flush_reads(results)
         return results
 
+    def _roots(self, job: Job) -> list:
+        """The top-level trie nodes of a job, as :meth:`evaluate` runs them."""
+        if not self.backend.caches:  # whole sequences, one node each: nothing shared, nothing cached
+            if job.prefix is not None or job.keep is not None:
+                raise EngineError(f"prefix_mode={self.prefix_mode!r} cannot continue or keep prefix caches "
+                                  "(multi-criteria slots); this model has no exact cached mode for them")
+            return [r for s, rd in zip(job.sequences, job.reads) for r in trie_mod.build([s], [rd])]
+        ends = None if job.keep is None else list(job.keep)
+        return trie_mod.build(job.sequences, job.reads, ends, min_shared=self.min_shared)
+
+    def planned_tokens(self, jobs: list[Job]) -> int:
+        """The tokens :meth:`evaluate` will run for ``jobs`` (each trie node's segment once), without the model:
+        what a run's progress counts against (an out-of-memory retry runs the same tokens in smaller batches)."""
+        return sum(trie_mod.count_tokens(self._roots(job)) for job in jobs)
+
     def _flush_reads(self, results: list[JobResult]) -> None:
-        """One read-out for the whole run: the unembedding matrix (V x d) is streamed from memory once."""
+        """One read-out per evaluation: the unembedding matrix (V x d) is streamed from memory once."""
         if not self._pending:
             return
         h = torch.cat([p[0] for p in self._pending])  # (R, d)
         reads = [lst for p in self._pending for lst in p[1]]
         self._pending = []
-        width = max(len(lst) for lst in reads)
-        toks = torch.zeros((len(reads), width), dtype=torch.long)  # (R, M); unused slots read token 0
-        for r, lst in enumerate(reads):
-            toks[r, :len(lst)] = torch.tensor([t for t, _, _ in lst])
-        lp = self.read(h, toks).double().cpu().numpy()  # (R, M)
+        lp = self.head.read_lists(h, [[t for t, _, _ in lst] for lst in reads])  # (R, M)
         _check_finite(lp, reads)
         for r, lst in enumerate(reads):
             for m, (_, j, ks) in enumerate(lst):
@@ -170,7 +164,7 @@ class Engine:
                 self._descend(children, results)
 
     def _shrink(self, error: BaseException, chunk: list) -> None:
-        """Out of memory in a batch: halve the token budget for the rest of the run (the failed batch queued
+        """Out of memory in a batch: halve the engine's token budget from here on (the failed batch queued
         nothing, so it is simply run again in smaller pieces)."""
         width = max(len(n.tokens) for _, n, _ in chunk)
         if len(chunk) == 1 or self.token_budget // 2 < 1:
@@ -187,7 +181,7 @@ class Engine:
         """Right-padded batches within the token budget, longest rows first. Padded positions cost as much as real
         ones, so a much shorter row starts a new batch. Rows continuing different prefixes share a batch only
         where the forward takes several prefixes (native mode)."""
-        pools = [entries] if self.prefix_mode == "native" else _by_prefix(entries)
+        pools = [entries] if self.backend.mixes_prefixes else _by_prefix(entries)
         for pool in pools:
             order = sorted(pool, key=lambda e: -len(e[1].tokens))
             start = 0
@@ -225,17 +219,17 @@ class Engine:
                 reads.append(lst)
         select = (torch.tensor(rows, dtype=torch.long, device=self.device),
                   torch.tensor(offs, dtype=torch.long, device=self.device))
-        native = self.prefix_mode == "native"
-        prefix = groups if native else groups[0][0]
-        extra = {} if native else {"lengths": [len(n.tokens) for _, n, _ in chunk]}  # right padding of each row
-        hidden, captured = self._forward(ids.to(self.device), prefix, capture=need_cache,
-                                         select=select,
-                                         **extra)  # (R, d)
+        hidden, captured = self.backend.forward(ids.to(self.device), groups,
+                                                lengths=[len(n.tokens) for _, n, _ in chunk],  # right padding
+                                                read=select, capture=need_cache)  # (R, d)
+        tokens = sum(len(n.tokens) for _, n, _ in chunk)
         self.stats["forward_calls"] += 1
-        self.stats["tokens"] += sum(len(n.tokens) for _, n, _ in chunk)
+        self.stats["tokens"] += tokens
         self.stats["padded_tokens"] += B * S
         if rows:
             self._pending.append((hidden, reads))
+        if self.on_forward is not None:
+            self.on_forward(tokens)
         children = []
         for r, (j, n, pre) in enumerate(chunk):
             if n.ends or n.children:
@@ -245,20 +239,10 @@ class Engine:
                 children += [(j, c, ext) for c in n.children]
         return children
 
-    def read(self, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """log p(tokens[r, m]) under the full-vocabulary softmax at hidden[r], fp32: (R, d), (R, M) -> (R, M)."""
-        h = hidden.float()
-        if self._scale != 1.0:
-            h = h * self._scale
-        # one GEMM over the whole vocabulary while (R, V) stays under READ_CHUNK_ELEMS, else chunked over V
-        chunk = max(8192, min(self._weight.shape[0], READ_CHUNK_ELEMS // max(1, h.shape[0])))
-        res = label_logprobs(h, self._weight, tokens.to(h.device), softcap=self._softcap, chunk=chunk)
-        return res.label_logprobs
-
     # ---- prompts -------------------------------------------------------------------------------------------
     def prompt_logprobs(self, groups: list[list[EncodedPrompt]]) -> list[list[np.ndarray]]:
         """For each group (an item's prompts) and prompt: log-probability of each whole label continuation."""
-        res = self.run([prompt_job(g) for g in groups])
+        res = self.evaluate([prompt_job(g) for g in groups])
         return [[continuation_logprobs(r.logprobs, ep, p) for p, ep in enumerate(g)] for g, r in zip(groups, res)]
 
 

@@ -46,20 +46,23 @@ Spec (every section but ``name`` and a data source is optional; defaults shown):
     # criterion = "Coherence"          # default: the rubric's first
     # pairs = "reverse"                # reverse | canonical | all (patching)
     # sites = ["resid", "attn"]        # resid | attn | mlp | head (patching; default: all)
+    # layers = [4, 8]                  # layers the linear probes read (default: all)
     # limit = 8                        # probe the first N scored items only
 
 The report folder holds ``table.npz`` (a rerun with the same settings reuses it; an interrupted run
-continues from ``table.npz.partial.jsonl``), ``results.json``, ``report.md``, ``report.html``, ``plots/``
-and ``spec.toml`` (the normalised spec, to run again with ``logitjudge run``); with ``[probe]``, ``probe.npz``
-(resumable) and the probe page in ``probe/``. The settings, their defaults, help
-and checks are the fields of :mod:`logitjudge.spec`; ``logitjudge score`` runs the same pipeline on a spec built
-from its flags.
+continues from ``table.npz.partial.jsonl``), ``results.json``, ``report.md``, ``report.html``, ``plots/``,
+``scores.csv`` (one row per item and criterion: :mod:`logitjudge.sections.scores`) and ``spec.toml`` (the
+normalised spec, to run again with ``logitjudge run``); with ``[probe]``, ``probe.npz`` (resumable) and the
+probe page in ``probe/``. The settings, their defaults, help and checks are the fields of
+:mod:`logitjudge.spec`; ``logitjudge score`` and ``logitjudge probe`` run the same pipeline on a spec built from
+their flags (the table, or the probe table, at ``--out``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +73,8 @@ from .rubric import Rubric, RubricError, load_rubric
 from .spec import Spec, SpecError, from_dict, relative
 from .table import ScoreTable
 from .tomlfile import read_toml
+
+log = logging.getLogger("logitjudge")
 
 __all__ = ["Experiment", "SpecError", "load_spec", "prepare", "run_experiment", "score_experiment"]
 
@@ -95,6 +100,7 @@ class Experiment:
     spec: Spec
     out: Path
     table_path: Path
+    probe_path: Path
     items: list[Item]
     rubric: Rubric
     template: object
@@ -109,6 +115,7 @@ def _load_items(spec: Spec, data_dir) -> tuple[list[Item], Rubric, dict]:
     from .data import DataError, load_dataset, subset_items
 
     d, base = spec.data, spec.base
+    data_dir = data_dir if data_dir is not None else d.dir
     data_where = spec.where("data", "texts") if spec.from_flags else "spec [data]"
     try:
         if d.name is not None:
@@ -190,8 +197,8 @@ def _check_writable(path: Path, where: str) -> None:
 def prepare(spec, *, data_dir=None, out=None) -> Experiment:
     """Validate a spec and resolve its data, rubric, template, orderings and output (no model yet).
 
-    A spec from ``score`` flags writes its table at ``out``; an experiment writes a report folder there, with the
-    table at ``out/table.npz``.
+    A spec from ``score`` (``probe``) flags writes its table (probe table) at ``out``; an experiment writes a
+    report folder there, with the table at ``out/table.npz`` and the probe table at ``out/probe.npz``.
     """
     from .prompts import PromptError, load_template
     from .requests import default_template
@@ -221,9 +228,12 @@ def prepare(spec, *, data_dir=None, out=None) -> Experiment:
     out_path = Path(out if out is not None else spec.out).expanduser()
     spec = replace(spec, out=str(out_path))
     table_path = out_path if spec.from_flags else out_path / "table.npz"
+    probe_path = out_path if spec.from_flags else out_path / "probe.npz"
     _check_writable(table_path, spec.where("", "out"))
-    return Experiment(spec, out_path, table_path, items, rubric, template, option_orders, criterion_orders, human,
-                      systems, info)
+    exp = Experiment(spec, out_path, table_path, probe_path, items, rubric, template, option_orders,
+                     criterion_orders, human, systems, info)
+    probe_settings(exp)  # the [probe] section too is checked before any model loads
+    return exp
 
 
 def _model_source(spec: Spec) -> str:
@@ -258,36 +268,50 @@ class _TokenizerOnly:
 
 
 def load_judge(spec: Spec):
-    """The judge model of a (validated) spec; an unreachable id fails in one line before any loading."""
+    """The judge model of a (validated) spec; an unreachable id fails in one line before any loading. Under
+    torchrun each rank loads it on its own GPU (:func:`logitjudge.distributed.rank_device`)."""
     from .autodtype import resolve_dtype
+    from .distributed import rank_device
     from .models import check_available, load_model, set_threads
 
     m = spec.model
     set_threads(m.threads)
     source = _model_source(spec)
     check_available(source)
-    dtype, why = resolve_dtype(m.dtype, m.device)  # auto: measured once per machine (cached)
-    lm = load_model(source, dtype=dtype, device=m.device, quantize=m.quantize,
+    device = rank_device(m.device)  # cuda -> cuda:LOCAL_RANK before anything is loaded
+    dtype, why = resolve_dtype(m.dtype, device)  # auto: measured once per machine (cached)
+    lm = load_model(source, dtype=dtype, device=device, quantize=m.quantize,
                     attn_implementation=m.attn_implementation)
+    if device != m.device:
+        log.info("rank %s: judge on %s", os.environ.get("RANK", "?"), device)
     lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": why}
     return lm
 
 
-def score_experiment(exp: Experiment, lm, *, progress: bool = True) -> ScoreTable:
-    """The experiment's score table: reused from its table path when that holds these settings, else scored
-    (continuing an interrupted run) and saved there. Writes the ``dump_prompts`` JSONL first when asked."""
+def judge_engine(exp: Experiment, lm):
+    """The engine of the spec's [model] settings (its backend computes the model exactly or is refused), after
+    the exactness audit (multi-criteria runs are audited on the same items' single-criterion prompts)."""
     from .engine import Engine
-    from .requests import dump_prompts
-    from .run import Run
     from .verify import audit_run
 
     od, pr, m = exp.spec.orderings, exp.spec.prompts, exp.spec.model
-    meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,
-            "criteria_orderings": od.criteria if pr.multi_criteria else None}
     engine = Engine(lm, token_budget=m.token_budget, prefix_mode=m.prefix_mode)
-    # the exactness audit: multi-criteria runs are audited on the same items' single-criterion prompts
     audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None if pr.multi_criteria else exp.template,
               m.verify, rng=od.seed)
+    return engine
+
+
+def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True) -> ScoreTable:
+    """The experiment's score table: reused from its table path when that holds these settings, else scored
+    (continuing an interrupted run) and saved there. Writes the ``dump_prompts`` JSONL first when asked.
+    ``engine``: one made by :func:`judge_engine` (default: made here)."""
+    from .requests import dump_prompts
+    from .run import Run
+
+    od, pr = exp.spec.orderings, exp.spec.prompts
+    meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,
+            "criterion_orderings": od.criteria if pr.multi_criteria else None}
+    engine = engine or judge_engine(exp, lm)
     run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
               template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,
               max_continuations=pr.max_continuations, progress=progress, meta=meta)
@@ -312,10 +336,11 @@ def public_spec(spec: Spec) -> dict:
 
 
 def write_experiment_report(exp: Experiment, table: ScoreTable, results: dict) -> Path:
-    """results.json, report.md, report.html, plots/ and spec.toml in the experiment's folder."""
+    """results.json, report.md, report.html, plots/, scores.csv and spec.toml in the experiment's folder."""
     import tomli_w
 
     from .report import write_report
+    from .sections.scores import item_scores, write_item_scores
 
     spec = public_spec(exp.spec)
     exp.out.mkdir(parents=True, exist_ok=True)
@@ -325,63 +350,106 @@ def write_experiment_report(exp: Experiment, table: ScoreTable, results: dict) -
         spec_file["data"] = dict(spec_file["data"], texts=str(Path(exp.data_info["path"]).resolve()))
     (exp.out / "spec.toml").write_text(tomli_w.dumps(spec_file), encoding="utf-8")
     write_report(exp.out, results, spec=spec, table_meta=table.meta, data_info=exp.data_info, title=exp.spec.name)
+    write_item_scores(item_scores(table, reading=exp.spec.analysis.reading, human=exp.human), exp.out / "scores.csv")
     return exp.out
 
 
-def run_experiment(spec_path_or_dict, *, data_dir=None, out=None, lm=None, progress: bool = True) -> dict:
-    """Run an experiment spec end to end: score (resumable), analyse, write the report folder.
+def run_experiment(spec_path_or_dict, *, data_dir=None, out=None, lm=None, progress: bool = True,
+                   overrides: dict | None = None) -> dict:
+    """Run an experiment spec end to end: score (resumable), analyse, write the report folder, and probe when
+    the spec has a [probe] section.
 
     ``out`` overrides the spec's report folder; ``lm`` is a preloaded model (the spec's [model] id is then
-    not loaded). Returns ``{"verdict", "report" (the folder), "results" (the analysis dict)}``.
+    not loaded); ``overrides``: ``{section: {key: value}}`` set over the spec's own values (the flags
+    ``logitjudge run`` shares with ``score``). Returns ``{"verdict", "report" (the folder), "results" (the
+    analysis dict)}`` and, probing, ``"probe_report"``.
     """
-    exp = prepare(spec_path_or_dict, data_dir=data_dir, out=out)
-    probe_args = probe_settings(exp)  # checked before the model loads
+    exp = prepare(with_overrides(load_spec(spec_path_or_dict), overrides), data_dir=data_dir, out=out)
+    probing = probe_settings(exp) is not None
     if lm is None:
         check_labels(exp)
         lm = load_judge(exp.spec)
-    table = score_experiment(exp, lm, progress=progress)
+    engine = judge_engine(exp, lm)
+    table = score_experiment(exp, lm, engine=engine, progress=progress)
     results = analyze_experiment(exp, table)
     folder = write_experiment_report(exp, table, results)
     out = {"verdict": results["verdict"], "report": str(folder), "results": results}
-    if probe_args is not None:
-        out["probe_report"] = str(probe_experiment(exp, lm, probe_args, progress=progress))
+    if probing:
+        out["probe_report"] = str(probe_experiment(exp, lm, engine=engine, progress=progress)[1])
     return out
 
 
+def with_overrides(spec: Spec, overrides: dict | None) -> Spec:
+    """``spec`` with ``{section: {key: value}}`` (section "" for top-level keys) set; None values are skipped."""
+    from .spec import SECTIONS, check_value, flag_of
+
+    for section, values in (overrides or {}).items():
+        values = {k: v for k, v in values.items() if v is not None}
+        if not values:
+            continue
+        if not section:
+            spec = replace(spec, **values)
+            continue
+        cls = SECTIONS[section]
+        checked = {f.name: check_value(f, values[f.name], flag_of(f), flag=True) for f in fields(cls)
+                   if f.name in values}
+        spec = replace(spec, **{section: replace(getattr(spec, section), **checked)})
+    return spec
+
+
 def probe_settings(exp: Experiment) -> dict | None:
-    """The keyword arguments of :func:`logitjudge.probe.run.probe` for the spec's [probe] section (None: off),
-    checked without the model: probe names, sites, pairs, the criterion and a design that moves the options."""
+    """The keyword arguments of :class:`logitjudge.run.ProbeRun` for the spec's [probe] section (None: off),
+    checked without the model: probe names, sites, pairs, layers, the criterion and a design that moves the
+    options."""
     p = exp.spec.probe
     if not p.probes:
         return None
-    from .probe.hooks import ProbeError
+    from .errors import ProbeError
     from .probe.patching import KINDS
-    from .probe.run import check_probe_args
+    from .probe.steps import check_probe_args
 
     names = [c.name for c in exp.rubric.criteria]
     if p.criterion is not None and p.criterion not in names:
-        raise SpecError(f"spec [probe] criterion: {p.criterion!r} is not one of the rubric's criteria {names}")
-    if exp.option_orders.ndim != 2 or exp.criterion_orders is not None:
-        raise SpecError("spec [probe]: probing reads one criterion under orderings shared by every item; use "
-                        "[orderings] options = \"balanced\" (or \"all\") without multi_criteria, or run "
-                        "`logitjudge probe`")
+        raise SpecError(f"{exp.spec.where('probe', 'criterion')}: {p.criterion!r} is not one of the rubric's "
+                        f"criteria {names}")
+    if exp.criterion_orders is not None:
+        raise SpecError("spec [probe]: probing reads one criterion per prompt; run it without multi_criteria")
     kinds = tuple(p.sites or KINDS)
     try:
         probes = check_probe_args(p.probes, exp.option_orders, pairs=p.pairs, kinds=kinds)
     except ProbeError as e:
-        raise SpecError(f"spec [probe]: {e}") from None
+        raise SpecError(f"{'' if exp.spec.from_flags else 'spec [probe]: '}{e}") from None
     return {"probes": probes, "criterion": names.index(p.criterion) if p.criterion else 0, "pairs": p.pairs,
-            "kinds": kinds}
+            "kinds": kinds, "hidden_layers": p.layers}
 
 
-def probe_experiment(exp: Experiment, lm, probe_args: dict, *, progress: bool = True) -> Path:
-    """Probe the first ``[probe] limit`` items (resumable, ``<out>/probe.npz``) and write the probe page into
-    ``<out>/probe/``."""
-    from .probe.run import probe
+def probe_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True):
+    """Probe the spec's items (a run spec: the first ``[probe] limit`` scored items) into the probe table
+    (resumable, :class:`logitjudge.run.ProbeRun`) and write the probe page (a run spec: ``<out>/probe/``; the
+    probe command: ``--report``). Returns (ProbeTable, the page or None). Without ``engine`` (the probe command)
+    the engine is made and audited here and the ``dump_prompts`` JSONL of the probed prompts is written."""
     from .report.probe import write_probe_report
+    from .requests import dump_prompts
+    from .rubric import Rubric
+    from .run import ProbeRun
 
-    items = exp.items[:exp.spec.probe.limit] if exp.spec.probe.limit else exp.items
-    table = probe(lm, items, exp.rubric, exp.option_orders, template=exp.template, out=exp.out / "probe.npz",
-                  progress=progress, **probe_args)
+    settings = probe_settings(exp)
+    if settings is None:
+        raise SpecError("nothing to probe: set [probe] probes (e.g. probes = [\"lens\", \"patch\"])")
+    limit = exp.spec.probe.limit
+    items, orders = exp.items[:limit], exp.option_orders[:limit] if exp.option_orders.ndim == 3 else exp.option_orders
+    if engine is None:
+        engine = judge_engine(exp, lm)
+        if exp.spec.dump_prompts:
+            crit = exp.rubric.criteria[settings["criterion"]]
+            dump_prompts(lm, items, Rubric((crit,), exp.rubric.instructions, exp.rubric.name), orders, exp.template,
+                         exp.spec.dump_prompts)
+    od = exp.spec.orderings
+    meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed}
+    table = ProbeRun(lm, items, exp.rubric, orders, template=exp.template, engine=engine, out=exp.probe_path,
+                     progress=progress, meta=meta, **settings).execute()
+    folder = exp.spec.probe.report if exp.spec.from_flags else exp.out / "probe"
+    if folder is None:
+        return table, None
     a = exp.spec.analysis
-    return write_probe_report(table, exp.out / "probe", n_boot=a.n_boot, rng=a.seed)
+    return table, write_probe_report(table, folder, n_boot=a.n_boot, rng=a.seed)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import LogitJudgeError
 from .jsonl import iter_jsonl
 
 RESERVED = {"id", "group", "text", "context", "meta", "system", "human"}
 
 
-class HumanScoresError(ValueError):
+class HumanScoresError(LogitJudgeError, ValueError):
     """A human-score file that cannot be read; the message names the line and the fix."""
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import LogitJudgeError
 from .jsonl import iter_jsonl
 
 
-class ItemError(ValueError):
+class ItemError(LogitJudgeError, ValueError):
     pass
 
 

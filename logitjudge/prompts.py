@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import LogitJudgeError
 from .rubric import Criterion, Rubric
 from .tomlfile import read_toml
 
 
-class PromptError(ValueError):
+class PromptError(LogitJudgeError, ValueError):
     pass
 
 
@@ -67,8 +68,8 @@ class Template:
         return self.criterion_block.format(name=criterion.name, description=criterion.description,
                                            options="\n".join(lines))
 
-    def render_body(self, rubric: Rubric, text: str, context: str, option_order, criteria_order=None) -> str:
-        crit_idx = list(range(rubric.n_criteria)) if criteria_order is None else list(criteria_order)
+    def render_body(self, rubric: Rubric, text: str, context: str, option_order, criterion_order=None) -> str:
+        crit_idx = list(range(rubric.n_criteria)) if criterion_order is None else list(criterion_order)
         blocks = [self.render_criterion(rubric.criteria[c], option_order) for c in crit_idx]
         context_block = self.context_block.format(context=context) if context else ""
         return self.body.format(instructions=rubric.instructions, context_block=context_block, text=text,

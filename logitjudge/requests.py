@@ -20,19 +20,19 @@ from pathlib import Path
 import numpy as np
 
 from .items import Item
-from .orderings import OrderingError, validate
+from .orderings import validate
 from .prompts import EncodedPrompt, PromptError, Template, encode_prompt, wrap_chat
 from .rubric import Rubric
 
 
 @dataclass(frozen=True)
 class Request:
-    """One prompt: ``item`` under ``option_order``, showing ``criteria_order``, asking the criterion at slot
+    """One prompt: ``item`` under ``option_order``, showing ``criterion_order``, asking the criterion at slot
     ``len(answers)``. ``slots``: the multi-criteria answer layout; ``ordering``: the ordering's index k."""
 
     item: Item
     option_order: tuple[int, ...]
-    criteria_order: tuple[int, ...]
+    criterion_order: tuple[int, ...]
     answers: tuple[str, ...] = ()
     slots: bool = False
     ordering: int = 0
@@ -40,7 +40,7 @@ class Request:
     @property
     def criterion(self) -> int:
         """The canonical index of the asked criterion."""
-        return self.criteria_order[len(self.answers)]
+        return self.criterion_order[len(self.answers)]
 
 
 def default_template(multi: bool) -> str:
@@ -54,9 +54,9 @@ def single_requests(rubric: Rubric, item: Item, option_orders) -> list[Request]:
             for c in range(rubric.n_criteria) for k, order in enumerate(option_orders)]
 
 
-def slot_request(item: Item, option_order, criteria_order, answers=(), ordering: int = 0) -> Request:
+def slot_request(item: Item, option_order, criterion_order, answers=(), ordering: int = 0) -> Request:
     """The multi-criteria request for the slot after ``answers`` (labels of the earlier slots)."""
-    return Request(item, tuple(map(int, option_order)), tuple(map(int, criteria_order)), tuple(answers), True,
+    return Request(item, tuple(map(int, option_order)), tuple(map(int, criterion_order)), tuple(answers), True,
                    ordering)
 
 
@@ -64,7 +64,7 @@ def render(template: Template, tokenizer, rubric: Rubric, req: Request) -> str:
     """The prompt text of a request, up to where the asked label starts."""
     asked = rubric.criteria[req.criterion]
     if req.slots:
-        body = template.render_body(rubric, req.item.text, req.item.context, req.option_order, req.criteria_order)
+        body = template.render_body(rubric, req.item.text, req.item.context, req.option_order, req.criterion_order)
         prefix = template.answer_prefix.format(name="")
     else:
         shown = Rubric((asked,), rubric.instructions, rubric.name)
@@ -74,7 +74,7 @@ def render(template: Template, tokenizer, rubric: Rubric, req: Request) -> str:
     if not req.slots:
         return head
     for j, label in enumerate(req.answers):
-        name = rubric.criteria[req.criteria_order[j]].name
+        name = rubric.criteria[req.criterion_order[j]].name
         head += template.slot_line.format(name=name) + template.continuation(label) + template.slot_separator
     return head + template.slot_line.format(name=asked.name)
 
@@ -97,16 +97,6 @@ def item_prompts(lm, rubric: Rubric, item: Item, option_orders, template: Templa
 
 
 # ---- option orders: shared (K, n) or per item (I, K, n) -----------------------------------------------------
-def check_orders(option_orders, n: int, n_items: int) -> np.ndarray:
-    """Validated option orders: (K, n) shared by every item, or (I, K, n) with each item's own rows."""
-    a = np.asarray(option_orders)
-    if a.ndim != 3:
-        return validate(a, n)
-    if a.shape[0] != n_items:
-        raise OrderingError(f"per-item option orders have {a.shape[0]} rows of orders for {n_items} items")
-    return np.stack([validate(rows, n) for rows in a])
-
-
 def orders_of(option_orders: np.ndarray, i: int) -> np.ndarray:
     """The (K, n) option orders of item ``i``."""
     return option_orders[i] if option_orders.ndim == 3 else option_orders
@@ -127,7 +117,7 @@ def dump_record(template: Template, rubric: Rubric, req: Request, ep: EncodedPro
            "add_special_tokens": not template.chat, "continuations": list(ep.continuations),
            "labels": asked.labels}
     if req.slots:
-        rec.update(criteria_order=[rubric.criteria[c].name for c in req.criteria_order], slot=len(req.answers))
+        rec.update(criterion_order=[rubric.criteria[c].name for c in req.criterion_order], slot=len(req.answers))
     return rec
 
 
@@ -137,7 +127,7 @@ def dump_prompts(lm, items: list[Item], rubric: Rubric, option_orders, template:
     answers written before them): the prompt exactly as tokenized, its token count, and each option's
     continuation string (label + terminator, plus any prompt tail that tokenizes together with the label), so
     anyone can audit the numbers with a plain forward pass."""
-    orders = check_orders(option_orders, rubric.n_options, len(items))
+    orders = validate(option_orders, rubric.n_options, per_item=True, n_items=len(items))
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with p.open("w", encoding="utf-8") as f:

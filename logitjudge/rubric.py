@@ -12,10 +12,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .errors import LogitJudgeError
 from .tomlfile import read_toml
 
 
-class RubricError(ValueError):
+class RubricError(LogitJudgeError, ValueError):
     """A rubric is malformed; the message names the field and the fix."""
 
 

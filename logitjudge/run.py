@@ -1,10 +1,18 @@
-"""One scoring run: fingerprint, checkpoint, rank sharding, progress, meta, table assembly and the atomic save.
+"""A run: one resumable table made on one set of rails: fingerprint, checkpoint and its lock, rank sharding,
+progress, meta, table assembly and the atomic save.
 
-The same run drives single-criterion scoring (a step per batch of items, :func:`logitjudge.steps.score_batch`)
-and multi-criteria scoring (a step per item, the slot algorithms of :mod:`logitjudge.steps`). The batch plan is fixed
-from this rank's whole item list in fixed windows, whatever is already done, and each batch is checkpointed as
-one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is equal bit for
-bit. Under torchrun every rank scores its share with its own checkpoint; rank 0 writes the gathered table.
+:class:`Run` scores: single-criterion (a step per batch of items, :func:`logitjudge.steps.score_batch`) and
+multi-criteria (a step per item, the slot algorithms of :mod:`logitjudge.steps`). :class:`ProbeRun` probes the
+judge's internals on the same rails (a step per item, :func:`logitjudge.probe.steps.probe_item`). The batch plan
+is fixed from this rank's whole item list in fixed windows, whatever is already done, and each batch is
+checkpointed as one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is
+equal bit for bit. Under torchrun every rank runs its share with its own checkpoint; rank 0 writes the gathered
+table.
+
+Progress (:mod:`logitjudge.progress`): before the first forward a run counts what it will do from its planned
+prompts (the batches' engine jobs, whose trie tokens the engine counts without the model), prints one line, and
+hands the engine a callback that moves the bar after every forward call. An interrupt (Ctrl-C, SIGTERM) leaves
+as :class:`~logitjudge.progress.Interrupted`, counting the items the checkpoint holds.
 """
 
 from __future__ import annotations
@@ -13,21 +21,32 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from . import distributed
-from .checkpoint import Checkpoint
-from .engine import Engine, EngineError, NonFiniteError
+from .checkpoint import ARRAYS, SCORES, Checkpoint, CheckpointError, scan
+from .engine import Engine, EngineError, Job, NonFiniteError, prompt_job
+from .errors import LogitJudgeError, ProbeError
 from .orderings import fixed, validate
+from .probe.patching import KINDS, make_sites
+from .probe.prompts import probe_prompts
+from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
+from .probe.table import ProbeTable
+from .progress import Interrupted, Plan, Progress
 from .prompts import load_template
-from .requests import check_orders, default_template, item_prompts, orders_of
-from .steps import SLOT_FUNCTIONS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
+from .requests import default_template, item_prompts, orders_of
+from .steps import SLOT_FUNCTIONS, SLOT_JOBS, WINDOW, MultiCriteriaError, check_slots, plan_batches, score_batch
 from .table import ScoreTable, TableError
 
 log = logging.getLogger(__name__)
+
+# prompt tokens of encoded windows that counting the plan keeps for the run (about 40 bytes a token): a run of
+# that size encodes its prompts once; past it, the further windows are encoded again when they run
+KEEP_ENCODED = 2_000_000
 
 
 def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | None = None) -> str:
@@ -42,28 +61,41 @@ def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | No
     return h.hexdigest()[:16]
 
 
+class RunError(LogitJudgeError, ValueError):
+    """Items or settings a run cannot start with."""
+
+
+@dataclass
+class Batch:
+    """One step of a run's plan: the item indices ``idx``, the ``step`` that computes their records, the
+    ``prompts`` it runs and ``jobs``, the engine jobs it will evaluate (None: it does not go through the engine),
+    built only when a run counts its planned tokens."""
+
+    idx: list[int]
+    step: Callable[[list[int]], list]
+    prompts: int
+    jobs: Callable[[], list[Job]] | None = None
+
+
 class Run:
     """Score ``items`` under ``rubric``: single-criterion, or with ``criterion_orders`` (aligned with the option
     orders, K rows each) all criteria in one prompt, read slot by slot (``slots``: greedy | marginal).
 
     ``option_orders``: (K, n) shared by every item, or (I, K, n) per item. Everything is checked here, before
-    any prompt runs.
+    any prompt runs. The rails (:meth:`execute`) serve every run; a subclass sets what a step computes
+    (:meth:`batches`), how an item's record is checkpointed (``codec``) and how the table is made (:meth:`table`).
     """
+
+    label = "scoring"  # the progress bar's
+    codec = SCORES  # an item's checkpoint record: (probs, label_mass)
+    table_class = ScoreTable
 
     def __init__(self, lm, items, rubric, option_orders=None, *, criterion_orders=None, template=None,
                  engine: Engine | None = None, out=None, slots: str = "greedy", max_continuations: int = 20000,
                  progress: bool = True, meta: dict | None = None):
         self.multi = criterion_orders is not None
-        self.template = load_template(template or default_template(self.multi))
-        rubric.validate(need_descriptions=self.template.needs_descriptions
-                        and "{description}" in self.template.option_line)
-        if not items:
-            raise ValueError("no items to score")
-        ids = [it.id for it in items]
-        if len(set(ids)) != len(ids):
-            raise ValueError("item ids must be unique")
-        n = rubric.n_options
-        self.option_orders = check_orders(fixed(n) if option_orders is None else option_orders, n, len(items))
+        self._setup(lm, items, rubric, option_orders, template or default_template(self.multi), engine, out,
+                    progress, meta)
         K = self.option_orders.shape[-2]
         extra = {"mode": "single"}
         if self.multi:
@@ -71,20 +103,38 @@ class Run:
             if len(self.criterion_orders) != K:
                 raise MultiCriteriaError(f"{K} option orders but {len(self.criterion_orders)} criteria orders; they "
                                          "must be aligned row by row (use orderings.cross to combine them)")
-            check_slots(slots, n, rubric.n_criteria, max_continuations)
+            check_slots(slots, rubric.n_options, rubric.n_criteria, max_continuations)
             extra = {"mode": "multi", "slots": slots, "criterion_orders": self.criterion_orders.tolist()}
         else:
             self.criterion_orders = np.tile(np.arange(rubric.n_criteria), (K, 1))
-        self.lm, self.items, self.rubric, self.slots = lm, list(items), rubric, slots
-        self.engine = engine or Engine(lm)
-        self.out, self.progress, self.meta = out, progress, dict(meta or {})
+        self.slots = slots
         extra.update(token_budget=self.engine.token_budget, prefix_mode=self.engine.prefix_mode)
         self.fingerprint = run_fingerprint(lm, rubric, self.items, self.option_orders, self.template, extra)
 
+    def _setup(self, lm, items, rubric, option_orders, template, engine, out, progress, meta) -> None:
+        """What every run checks and holds: template, rubric, unique items, option orders, the engine."""
+        self.template = load_template(template)
+        rubric.validate(need_descriptions=self.template.needs_descriptions
+                        and "{description}" in self.template.option_line)
+        if not items:
+            raise RunError("no items to score")
+        ids = [it.id for it in items]
+        if len(set(ids)) != len(ids):
+            raise RunError("item ids must be unique")
+        n = rubric.n_options
+        self.option_orders = validate(fixed(n) if option_orders is None else option_orders, n, per_item=True,
+                                      n_items=len(items))
+        self.lm, self.items, self.rubric = lm, list(items), rubric
+        self.engine = engine or Engine(lm)
+        self.out, self.progress, self.meta = out, progress, dict(meta or {})
+        self._encoded: dict[int, list] = {}  # window start -> its items' prompts, encoded by plan(), for batches()
+
     # ---- the plan --------------------------------------------------------------------------------------------
-    def batches(self, owned: list[int], done: dict):
-        """(item indices, step) per batch not yet done, in the plan's order: windows of the owned items, batched
-        by length within each window (single-criterion) or one item per batch (multi-criteria)."""
+    def batches(self, owned: list[int], done: dict, *, keep: bool = False):
+        """The :class:`Batch` es not yet done, in the plan's order: windows of the owned items, batched by length
+        within each window (single-criterion) or one item per batch (multi-criteria). ``keep``: hold the encoded
+        windows (up to :data:`KEEP_ENCODED` tokens) for the next pass, which takes them instead of encoding."""
+        K, C = self.option_orders.shape[-2], self.rubric.n_criteria
         for w in range(0, len(owned), WINDOW):
             window = owned[w:w + WINDOW]
             if all(self.items[i].id in done for i in window):
@@ -92,14 +142,37 @@ class Run:
             if self.multi:
                 for i in window:
                     if self.items[i].id not in done:
-                        yield [i], self._slot_step
+                        yield Batch([i], self._slot_step, K * C, lambda i=i: SLOT_JOBS[self.slots](
+                            self.lm, self.template, self.rubric, self.items[i], orders_of(self.option_orders, i),
+                            self.criterion_orders))
                 continue
-            prompts = [item_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i),
-                                    self.template) for i in window]
+            prompts = self._encoded.pop(w, None) or [
+                item_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i), self.template)
+                for i in window]
+            if keep:
+                size = sum(len(p.prompt_ids) for g in prompts for p in g)
+                if self._kept + size <= KEEP_ENCODED:
+                    self._encoded[w], self._kept = prompts, self._kept + size
             for batch in plan_batches(prompts, self.engine.token_budget):
                 if any(self.items[window[b]].id not in done for b in batch):
-                    yield [window[b] for b in batch], (lambda idx, ps=[prompts[b] for b in batch]:
-                                                       score_batch(self.engine, ps, self.rubric.n_criteria))
+                    ps = [prompts[b] for b in batch]
+                    yield Batch([window[b] for b in batch],
+                                lambda idx, ps=ps: score_batch(self.engine, ps, self.rubric.n_criteria),
+                                sum(len(p) for p in ps), lambda ps=ps: [prompt_job(g) for g in ps])
+
+    def plan(self, owned: list[int], ckpt: Checkpoint) -> Plan:
+        """What the run still has to do, counted from its batches' prompts without the model (the start line
+        and the bar's total). The encoded prompts are kept for the run (up to :data:`KEEP_ENCODED` tokens)."""
+        prompts = batches = tokens = 0
+        self._encoded, self._kept = {}, 0
+        for b in self.batches(owned, ckpt.done, keep=True):
+            batches += 1
+            prompts += b.prompts
+            tokens = None if tokens is None or b.jobs is None else tokens + self.engine.planned_tokens(b.jobs())
+        estimate = ("an estimate: the slots after the first follow the judge's answers"
+                    if self.multi and self.slots == "greedy" else "")
+        return Plan(self.label, len(owned), sum(self.items[i].id in ckpt.done for i in owned), prompts, batches,
+                    tokens, estimate, None if ckpt.path is None else str(ckpt.path))
 
     def _slot_step(self, idx: list[int]) -> list[tuple]:
         fn = SLOT_FUNCTIONS[self.slots]
@@ -113,25 +186,27 @@ class Run:
         if previous is not None:
             return previous
         world = distributed.current(self.lm.device)
-        ckpt = Checkpoint(self.out, self.fingerprint, tag=f".rank{world.rank}" if world.active else "")
+        ckpt = Checkpoint(self.out, self.fingerprint, tag=f".rank{world.rank}" if world.active else "",
+                          codec=self.codec)
         try:
             t0 = time.perf_counter()
-            from logitjudge_kernels.dispatch import recording
-
-            with recording() as self.kernel_record:  # what the kernels' dispatcher ran: meta["kernels"]
-                done = self.records(ckpt, world)
+            done = self.records(ckpt, world)
             table = self.table(done, time.perf_counter() - t0, world.size)
             if self.out is not None:
                 if world.rank == 0:
                     self._save(table, ckpt)
                 world.barrier()
-        except BaseException:
+        except KeyboardInterrupt:
             ckpt.close()  # the finished batches stay for a resume; the lock is released
+            raise Interrupted(_saved_items(ckpt), len(world.shard(len(self.items))), ckpt.path,
+                              self.label) from None
+        except BaseException:
+            ckpt.close()
             raise
         ckpt.finish()
         return table
 
-    def _save(self, table: ScoreTable, ckpt: Checkpoint) -> None:
+    def _save(self, table, ckpt: Checkpoint) -> None:
         try:
             table.save(self.out)
         except OSError as e:
@@ -142,16 +217,22 @@ class Run:
         """Score this rank's batches not yet in ``ckpt`` (each saved as one record); every rank's records."""
         world = world or distributed.World()
         owned = world.shard(len(self.items))
-        bar = _progress(len(owned), sum(self.items[i].id in ckpt.done for i in owned),
-                        self.progress and world.rank == 0)
-        for idx, step in self.batches(owned, ckpt.done):
-            try:
-                results = step(idx)
-            except NonFiniteError as e:
-                raise EngineError(self._non_finite(e, idx)) from None
-            ckpt.add_batch({self.items[i].id: rec for i, rec in zip(idx, results)})
-            bar.update(len(idx))
-        bar.close()
+        show = self.progress and world.rank == 0
+        bar = Progress(self.plan(owned, ckpt) if show else None)
+        listening = self.engine.on_forward
+        if bar.unit == "tokens":
+            self.engine.on_forward = bar.advance  # the bar moves per forward call, not per batch
+        try:
+            for b in self.batches(owned, ckpt.done):
+                try:
+                    results = b.step(b.idx)
+                except NonFiniteError as e:
+                    raise EngineError(self._non_finite(e, b.idx)) from None
+                ckpt.add_batch({self.items[i].id: rec for i, rec in zip(b.idx, results)})
+                bar.saved(len(b.idx))
+        finally:
+            self.engine.on_forward = listening
+            bar.close()
         return world.gather(ckpt.done)
 
     def _non_finite(self, e: NonFiniteError, idx: list[int]) -> str:
@@ -163,12 +244,12 @@ class Run:
         return (f"the model returned non-finite logits ({e.value}) for {where}; nothing was written for it. Check "
                 "the model's weights, or run in fp32 (--dtype fp32) if it overflows in half precision")
 
-    def _finished_table(self) -> ScoreTable | None:
+    def _finished_table(self):
         """The table already at ``out`` when it holds these settings (a rerun reuses it)."""
         if self.out is None or not Path(self.out).exists():
             return None
         try:
-            old = ScoreTable.load(self.out)
+            old = self.table_class.load(self.out)
         except TableError:
             old = None
         if old is not None and old.meta.get("fingerprint") == self.fingerprint:
@@ -180,7 +261,7 @@ class Run:
     def table(self, done: dict, elapsed: float, world_size: int = 1) -> ScoreTable:
         """The ScoreTable of finished records ``{item_id: (probs, label_mass)}``, in the items' order."""
         items, rubric = self.items, self.rubric
-        meta = run_meta(self.lm, rubric, self.template, self.engine, elapsed, getattr(self, "kernel_record", None))
+        meta = run_meta(self.lm, rubric, self.template, self.engine, elapsed)
         meta.update(fingerprint=self.fingerprint, world_size=world_size)
         if self.multi:
             meta.update(multi_criteria=True, slots=self.slots)
@@ -192,7 +273,73 @@ class Run:
                           [it.group for it in items] if any(it.group for it in items) else None, meta)
 
 
-def run_meta(lm, rubric, template, engine, elapsed: float, kernel_record=None) -> dict:
+class ProbeRun(Run):
+    """Probe the judge's internals on ``items``' prompts for one criterion (index ``criterion``) under every
+    ordering, on the rails of a :class:`Run` and through the scores' engine (its backend and read-out):
+    ``probes`` (lens, attention, patch, linear), patching ``pairs`` and site ``kinds``, ``hidden_layers``
+    exported for the linear probes (default all). ``option_orders``: (K, n) shared or (I, K, n) per item."""
+
+    label = "probing"
+    multi = False
+    codec = ARRAYS  # an item's record: its arrays
+    table_class = ProbeTable
+
+    def __init__(self, lm, items, rubric, option_orders=None, *, probes=PROBES, criterion: int = 0,
+                 pairs: str = "reverse", kinds=KINDS, hidden_layers=None, template=None,
+                 engine: Engine | None = None, out=None, progress: bool = True, meta: dict | None = None):
+        if not 0 <= criterion < rubric.n_criteria:
+            raise ProbeError(f"criterion index {criterion} outside the rubric's {rubric.n_criteria} criteria")
+        self._setup(lm, items, rubric, option_orders, template or default_template(False), engine, out, progress,
+                    meta)
+        self.probes = check_probe_args(probes, self.option_orders, pairs=pairs, kinds=kinds)
+        backend = self.engine.backend
+        L = backend.n_layers
+        self.layers = list(range(L)) if hidden_layers is None else sorted(int(x) for x in hidden_layers)
+        if any(not 0 <= x < L for x in self.layers):
+            raise ProbeError(f"hidden layers {self.layers} outside 0..{L - 1}")
+        self.criterion, self.pair_kind, self.kinds = criterion, pairs, tuple(kinds)
+        patch = "patch" in self.probes
+        self.pairs = item_pairs(self.option_orders, pairs) if patch else np.zeros((0, 2), np.int64)
+        self.sites = make_sites(L, backend.n_heads, self.kinds if patch else ())
+        self.settings = {"mode": "probe", "probes": list(self.probes), "criterion": criterion, "pairs": pairs,
+                         "kinds": list(self.kinds), "hidden_layers": self.layers if "linear" in self.probes else [],
+                         "token_budget": self.engine.token_budget, "prefix_mode": self.engine.prefix_mode}
+        self.fingerprint = run_fingerprint(lm, rubric, self.items, self.option_orders, self.template,
+                                           self.settings)
+
+    def batches(self, owned: list[int], done: dict, *, keep: bool = False):
+        """One :class:`Batch` per item not yet done (the prompts are made in the step: nothing to keep); the
+        probes reach the backend directly, so the bar moves per item."""
+        K = self.option_orders.shape[-2]
+        for i in owned:
+            if self.items[i].id not in done:
+                yield Batch([i], self._probe_step, K)
+
+    def _probe_step(self, idx: list[int]) -> list[dict]:
+        i = idx[0]
+        prompts = probe_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i),
+                                self.template, criterion=self.criterion)
+        return [probe_item(self.engine.backend, prompts, self.probes, pairs=self.pairs, sites=self.sites,
+                           hidden_layers=self.layers, token_budget=self.engine.token_budget)]
+
+    def table(self, done: dict, elapsed: float, world_size: int = 1) -> ProbeTable:
+        """The ProbeTable of finished records ``{item_id: {name: array}}``, in the items' order."""
+        crit, backend = self.rubric.criteria[self.criterion], self.engine.backend
+        meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed)
+        meta.update(fingerprint=self.fingerprint, world_size=world_size, n_layers=backend.n_layers,
+                    n_heads=backend.n_heads, probes=list(self.probes), pairs=self.pair_kind,
+                    criterion=crit.name, timings={"probe_seconds": elapsed})
+        meta.update(self.meta)
+        first = done[self.items[0].id]
+        stack = {k: np.stack([done[it.id][k] for it in self.items]) for k in first}
+        return ProbeTable([it.id for it in self.items], self.option_orders, [o.label for o in crit.options],
+                          crit.name, stack.pop("probs"),
+                          hidden_layers=np.array(self.layers if "linear" in self.probes else [], dtype=np.int64),
+                          pairs=self.pairs, site_layer=self.sites.layer, site_kind=self.sites.kind,
+                          site_head=self.sites.head, meta=meta, **stack)
+
+
+def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
     import torch
     import transformers
 
@@ -201,7 +348,7 @@ def run_meta(lm, rubric, template, engine, elapsed: float, kernel_record=None) -
     return {"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype, "device": lm.device,
             "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
             "prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
-            "torch_threads": torch.get_num_threads(), "kernels": kernel_backends(kernel_record),
+            "torch_threads": torch.get_num_threads(), "kernels": engine.backend.kernels(),
             "versions": {"logitjudge": __version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "numpy": np.__version__},
             "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats), **engine.mode_meta,
@@ -209,16 +356,13 @@ def run_meta(lm, rubric, template, engine, elapsed: float, kernel_record=None) -
                              "gemm_route": engine.gemm_route}}
 
 
-def kernel_backends(kernel_record) -> dict:
-    """What ran, as the kernels' dispatcher recorded it during the scoring (``logitjudge_kernels.dispatch``): per
-    kernel (attention, readout, rms_norm, residual_rms_norm, qk_norm_rope) the implementations that ran (C, aten,
-    torch, triton) with their shape buckets and call counts, and the choice behind each bucket (measured rates,
-    or why it was forced). A kernel that did not run (e.g. attention inside transformers' own modules) is absent;
-    nothing is re-derived. Empty when nothing was scored in this process (a resumed run's finished batches)."""
-    return {} if kernel_record is None else kernel_record.as_meta()
-
-
-def _progress(total: int, done: int, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, disable=not enabled, unit="item", desc="scoring")
+def _saved_items(ckpt: Checkpoint) -> int:
+    """The items a resume will find in the checkpoint, read back from its file (an interrupt can land between a
+    record's write and the run's own count of it)."""
+    if ckpt.path is None or not ckpt.path.exists():
+        return 0 if ckpt.path is not None else len(ckpt.done)
+    try:
+        _, good, _, _ = scan(ckpt.path)
+    except (CheckpointError, OSError):
+        return len(ckpt.done)
+    return len({rec_item[0] for rec in good for rec_item in rec.get("items", [])})

@@ -16,15 +16,18 @@ import difflib
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from .errors import LogitJudgeError
 
-class SpecError(ValueError):
+
+class SpecError(LogitJudgeError, ValueError):
     """A spec that cannot be run; the message names the key (or flag) and the fix."""
 
 
 def opt(default, help: str, *, kind: str | None = None, choices=None, minimum=None, example=None,
         flag: str | None = None, cli: bool = True):
-    """A spec field. ``kind``: str, int, bool, strs (list of str), groups, table (default: from the default's
-    type); ``flag``: the command-line flag (default ``--field-name``); ``cli``: whether it has a flag at all."""
+    """A spec field. ``kind``: str, int, bool, strs (list of str), ints (list of int), groups, table (default:
+    from the default's type); ``flag``: the command-line flag (default ``--field-name``); ``cli``: whether it has
+    a flag at all."""
     if kind is None:
         kind = "choice" if choices else {bool: "bool", int: "int", str: "str", dict: "table"}[type(default)]
     meta = {"help": help, "kind": "choice" if choices else kind, "choices": tuple(choices or ()), "minimum": minimum,
@@ -60,14 +63,15 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class DataSpec:
-    name: str | None = opt(None, "a data set: hanna, summeval, mt_bench, vicuna_bench", kind="str", example='"hanna"',
-                             cli=False)
-    texts: str | None = opt(None, "JSONL with id, text and optional context, group", kind="str",
+    name: str | None = opt(None, "a data set: hanna, summeval, mt_bench, vicuna_bench (or --texts)", kind="str",
+                           example='"hanna"', flag="--dataset")
+    texts: str | None = opt(None, "JSONL with id, text and optional context, group (or --dataset)", kind="str",
                               example='"texts.jsonl"')
+    dir: str | None = opt(None, "the data sets folder (unset: $LOGITJUDGE_DATA)", kind="str", example='"data"',
+                          flag="--data-dir")
     rubric: str | None = opt(None, "rubric .toml/.json file or built-in name; unset: the data set's, else "
                              "'default'", kind="str", example='"default"')
-    limit: int | None = opt(None, "whole groups up to this many items", kind="int", minimum=1, example="22",
-                            cli=False)
+    limit: int | None = opt(None, "whole groups up to this many items", kind="int", minimum=1, example="22")
     groups: object = opt(None, "a number of groups drawn with the seed, or a list of group ids", kind="groups",
                          example='2 or ["0", "1"]', cli=False)
     per_group: int | None = opt(None, "keep the first N items of each chosen group", kind="int", minimum=1,
@@ -95,7 +99,7 @@ class OrderingSpec:
                        "item: the 2n rotations, then R random) | shared-random:K (one random set for every item; "
                        "confounds content and position) | fixed:K", flag="--orderings")
     criteria: str = opt("balanced", "criteria orders (multi-criteria; crossed with every option order; shared by "
-                        "every item): balanced | all | shared-random:K | fixed:K", flag="--criteria-orderings")
+                        "every item): balanced | all | shared-random:K | fixed:K", flag="--criterion-orderings")
     seed: int = opt(0, "seed of random orders (criteria orders use seed + 1)", flag="--seed")
 
 
@@ -114,18 +118,24 @@ class AnalysisSpec:
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    """Probing the judge's internals after scoring (:mod:`logitjudge.probe`); off unless ``probes`` is set."""
+    """Probing the judge's internals (:mod:`logitjudge.probe`): ``logitjudge probe``, or after scoring in a run
+    spec, where it is off unless ``probes`` is set."""
 
-    probes: list | None = opt(None, "probes to run on the scored prompts: lens, attention, patch, linear (unset: no "
-                              "probing)", kind="strs", example='["lens", "attention"]', cli=False)
+    probes: list | None = opt(None, "probes on the scored prompts: lens, attention, patch, linear (logitjudge probe: "
+                              "all unless set; a run spec: none unless set)", kind="strs",
+                              example='["lens", "attention"]')
     criterion: str | None = opt(None, "the criterion probed (unset: the rubric's first)", kind="str",
-                                example='"Coherence"', cli=False)
+                                example='"Coherence"')
     pairs: str = opt("reverse", "order-swap pairs patched: each ordering with its reverse, with the canonical "
-                     "order, or all pairs", choices=("reverse", "canonical", "all"), cli=False)
+                     "order, or all pairs", choices=("reverse", "canonical", "all"))
     sites: list | None = opt(None, "patch sites: resid, attn, mlp, head (unset: all)", kind="strs",
-                             example='["resid", "attn"]', cli=False)
+                             example='["resid", "attn"]')
+    layers: list | None = opt(None, "layers whose residual stream the linear probes read (unset: all)", kind="ints",
+                              example="[4, 8]")
     limit: int | None = opt(None, "probe the first N scored items only (probing costs far more than scoring)",
                             kind="int", minimum=1, example="8", cli=False)
+    report: str | None = opt(None, "also write the probe page into this folder (a run spec: always <out>/probe)",
+                             kind="str", example='"probe_report"')
 
 
 SECTIONS = {"model": ModelSpec, "data": DataSpec, "prompts": PromptSpec, "orderings": OrderingSpec,
@@ -210,6 +220,10 @@ def check_value(f, value, where: str, *, flag: bool = False):
     elif kind == "strs":
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             raise bad("a non-empty list of strings")
+    elif kind == "ints":
+        if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                             for v in value):
+            raise bad("a non-empty list of integers")
     elif kind == "groups":
         if isinstance(value, bool) or not (
                 (isinstance(value, int) and value >= 1)
@@ -263,19 +277,27 @@ def from_dict(raw: dict, *, base: str | None = None) -> Spec:
 
 
 # ---- command-line flags ------------------------------------------------------------------------------------
-def add_flags(parser, cls, *, only=None, required=(), dest_prefix: str = "") -> None:
-    """The flags of a spec section (choices, defaults and help from the fields). ``only``: field names to add."""
+def add_flags(parser, cls, *, only=None, required=(), one_of=(), dest_prefix: str = "",
+              defaults: bool = True, helps: dict | None = None) -> None:
+    """The flags of a spec section (choices, defaults and help from the fields). ``only``: field names to add;
+    ``one_of``: field names of which exactly one flag must be given; ``defaults=False``: every flag defaults to
+    None (flags set over a spec file's own values; the help says so); ``helps``: {field name: help} where one
+    command says it its own way. The help shows a default only where there is one (cli's formatter)."""
+    group = parser.add_mutually_exclusive_group(required=True) if one_of else None
     for f in fields(cls):
         m = f.metadata
         if not m.get("cli") or (only is not None and f.name not in only):
             continue
-        kw: dict = {"dest": dest_prefix + f.name, "help": m["help"]}
+        help = (helps or {}).get(f.name, m["help"])
+        if not defaults and m["kind"] != "bool":
+            help += " (default: the spec's value)"
+        kw: dict = {"dest": dest_prefix + f.name, "help": help}
         if m["kind"] != "bool" and not m["choices"]:
-            kw["metavar"] = f.name.upper()
+            kw["metavar"] = flag_of(f).lstrip("-").replace("-", "_").upper()
         if m["kind"] == "bool":
             kw["action"] = "store_true"
         else:
-            kw["default"] = None if f.default is MISSING else f.default
+            kw["default"] = None if f.default is MISSING or not defaults else f.default
             if m["choices"]:
                 kw["choices"] = list(m["choices"])
             if m["kind"] == "int":
@@ -283,7 +305,7 @@ def add_flags(parser, cls, *, only=None, required=(), dest_prefix: str = "") -> 
         if f.name in required:
             kw["required"] = True
             kw.pop("default", None)
-        parser.add_argument(flag_of(f), **kw)
+        (group if f.name in one_of else parser).add_argument(flag_of(f), **kw)
 
 
 def from_flags(args, *, name: str = "score") -> Spec:
@@ -296,12 +318,17 @@ def from_flags(args, *, name: str = "score") -> Spec:
             v = d.get(f"{key}.{f.name}")
             if v is None:
                 continue
-            if f.metadata["kind"] == "strs" and isinstance(v, str):
+            if f.metadata["kind"] in ("strs", "ints") and isinstance(v, str):
                 v = [x.strip() for x in v.split(",") if x.strip()]
+                if f.metadata["kind"] == "ints":
+                    v = [int(x) if x.lstrip("-").isdigit() else x for x in v]
             given[f.name] = check_value(f, v, flag_of(f), flag=True)
         sections[key] = cls(**given)
     top = {f.name: check_value(f, d[f.name], flag_of(f), flag=True) for f in fields(Spec)
            if f.metadata.get("cli") and d.get(f.name) is not None}
+    if (sections["data"].name is None) == (sections["data"].texts is None):
+        raise SpecError("give exactly one of --texts FILE (a JSONL of items) or --dataset NAME (hanna, summeval, "
+                        "mt_bench, vicuna_bench)")
     return Spec(name=name, **top, **sections, from_flags=True)
 
 

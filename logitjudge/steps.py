@@ -25,6 +25,7 @@ import itertools
 import numpy as np
 
 from .engine import Engine, Job, continuation_logprobs, distribution, label_reads
+from .errors import LogitJudgeError
 from .prompts import EncodedPrompt
 from .requests import encode, slot_request
 
@@ -61,7 +62,7 @@ def score_batch(engine: Engine, prompts: list[list[EncodedPrompt]], n_criteria: 
     return out
 
 
-class MultiCriteriaError(ValueError):
+class MultiCriteriaError(LogitJudgeError, ValueError):
     pass
 
 
@@ -83,26 +84,10 @@ def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, crite
     answers: list[list[str]] = [[] for _ in range(K)]
     cached: list = [None] * K  # (token ids, PrefixKV) of each ordering's context so far
     for j in range(C):
-        reqs = [slot_request(item, option_orders[k], criterion_orders[k], answers[k], k) for k in range(K)]
-        eps = [encode(lm, template, rubric, req) for req in reqs]
-        if j == 0:  # one trie over all orderings: the text is shared by all of them
-            seqs, reads, ends = [], [], []
-            for k, ep in enumerate(eps):
-                s, r = label_reads(ep, k)
-                seqs += s + [list(ep.prompt_ids)]
-                reads += r + [[]]
-                ends += [None] * len(s) + [("ctx", k)]
-            res = engine.run([Job(seqs, reads, keep=ends)])
-            results = [res[0]] * K
-        else:
-            jobs = []
-            for k, ep in enumerate(eps):
-                toks, pkv = cached[k]
-                m = _common_prefix(toks, ep.prompt_ids, limit=len(ep.prompt_ids) - 1)
-                s, r = label_reads(ep, k, m)
-                jobs.append(Job(s + [list(ep.prompt_ids[m:])], r + [[]], prefix=pkv.truncate(m),
-                                keep=[None] * len(s) + [("ctx", k)]))
-            results = engine.run(jobs)
+        eps, jobs = greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached)
+        results = engine.evaluate(jobs)
+        if j == 0:  # one trie over all orderings
+            results = [results[0]] * K
         for k, ep in enumerate(eps):
             c = criterion_orders[k][j]
             p, m_ = distribution(continuation_logprobs(results[k].logprobs, ep, k))
@@ -110,6 +95,47 @@ def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, crite
             answers[k].append(rubric.criteria[c].options[int(np.argmax(p))].label)
             cached[k] = (list(ep.prompt_ids), results[k].caches[("ctx", k)])
     return probs, mass
+
+
+def greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached):
+    """The next slot of every ordering: its encoded prompts and the engine jobs that read its labels.
+    ``answers[k]``: the labels written so far in ordering k; ``cached[k]``: (token ids, PrefixKV or None) of its
+    context so far (None at slot 0, where one trie holds every ordering: the text is shared by all of them)."""
+    reqs = [slot_request(item, option_orders[k], criterion_orders[k], answers[k], k) for k in range(len(answers))]
+    eps = [encode(lm, template, rubric, req) for req in reqs]
+    if not answers[0]:
+        seqs, reads, ends = [], [], []
+        for k, ep in enumerate(eps):
+            s, r = label_reads(ep, k)
+            seqs += s + [list(ep.prompt_ids)]
+            reads += r + [[]]
+            ends += [None] * len(s) + [("ctx", k)]
+        return eps, [Job(seqs, reads, keep=ends)]
+    jobs = []
+    for k, ep in enumerate(eps):
+        toks, pkv = cached[k]
+        # the cache is cut back to the tokens the new context shares with it (merges across the answer boundary)
+        m = _common_prefix(toks, ep.prompt_ids, limit=len(ep.prompt_ids) - 1)
+        s, r = label_reads(ep, k, m)
+        jobs.append(Job(s + [list(ep.prompt_ids[m:])], r + [[]], prefix=None if pkv is None else pkv.truncate(m),
+                        keep=[None] * len(s) + [("ctx", k)]))
+    return eps, jobs
+
+
+def greedy_jobs(lm, template, rubric, item, option_orders, criterion_orders) -> list[Job]:
+    """Every slot's jobs of one item as if the judge answered each criterion's first label: the token count a
+    run plans with (an estimate: the real answers, and so the later slots' prompts, come from the judge)."""
+    K = len(option_orders)
+    answers: list[list[str]] = [[] for _ in range(K)]
+    cached: list = [None] * K
+    out = []
+    for j in range(rubric.n_criteria):
+        eps, jobs = greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached)
+        out += jobs
+        for k, ep in enumerate(eps):
+            answers[k].append(rubric.criteria[criterion_orders[k][j]].options[0].label)
+            cached[k] = (list(ep.prompt_ids), None)
+    return out
 
 
 def _common_prefix(a, b, *, limit: int) -> int:
@@ -129,18 +155,8 @@ def marginal_cost(n_options: int, n_criteria: int) -> int:
 def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders):
     """(probs[C, K, n], mass[C, K]) of one item, each slot's exact marginal over the earlier answers."""
     K, C, n = len(option_orders), rubric.n_criteria, rubric.n_options
-    seqs, reads, eps = [], [], {}
-    for k in range(K):
-        for j in range(C):
-            for path in itertools.product(range(n), repeat=j):
-                labels = [rubric.criteria[criterion_orders[k][i]].options[a].label for i, a in enumerate(path)]
-                req = slot_request(item, option_orders[k], criterion_orders[k], labels, k)
-                ep = encode(lm, template, rubric, req)
-                eps[(k, path)] = ep
-                s, r = label_reads(ep, (k, path))
-                seqs += s
-                reads += r
-    lps = engine.run([Job(seqs, reads)])[0].logprobs
+    job, eps = marginal_job(lm, template, rubric, item, option_orders, criterion_orders)
+    lps = engine.evaluate([job])[0].logprobs
     probs, mass = np.zeros((C, K, n)), np.zeros((C, K))
     for k in range(K):
         weight = {(): 1.0}  # P(path) under the renormalised slot distributions
@@ -157,4 +173,24 @@ def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, cri
     return probs, mass
 
 
+def marginal_job(lm, template, rubric, item, option_orders, criterion_orders) -> tuple[Job, dict]:
+    """The one job of an item in marginal mode (every slot context of every answer path, one trie) and its
+    encoded prompts by (ordering, path)."""
+    n = rubric.n_options
+    seqs, reads, eps = [], [], {}
+    for k in range(len(option_orders)):
+        for j in range(rubric.n_criteria):
+            for path in itertools.product(range(n), repeat=j):
+                labels = [rubric.criteria[criterion_orders[k][i]].options[a].label for i, a in enumerate(path)]
+                req = slot_request(item, option_orders[k], criterion_orders[k], labels, k)
+                ep = encode(lm, template, rubric, req)
+                eps[(k, path)] = ep
+                s, r = label_reads(ep, (k, path))
+                seqs += s
+                reads += r
+    return Job(seqs, reads), eps
+
+
 SLOT_FUNCTIONS = {"greedy": greedy_item, "marginal": marginal_item}
+# the jobs a run counts its planned tokens from (marginal: exact; greedy: an estimate, the answers decide)
+SLOT_JOBS = {"greedy": greedy_jobs, "marginal": lambda *a: [marginal_job(*a)[0]]}

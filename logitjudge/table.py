@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import LogitJudgeError
 from .orderings import inverse, orders_per_item, validate
 
 
-class TableError(ValueError):
+class TableError(LogitJudgeError, ValueError):
     pass
 
 
@@ -165,24 +166,44 @@ class ScoreTable:
                    arrays["values"], arrays["item_ids"], [str(x) for x in arrays["criteria"]],
                    arrays.get("item_groups"), meta)
 
+    def option_labels(self) -> np.ndarray:
+        """[criteria, options] the label text of each option, from the rubric the table recorded in ``meta``
+        ('' where the table does not record it, e.g. a table built by hand)."""
+        out = np.full(self.values.shape, "", dtype=object)
+        crits = {c.get("name"): c for c in (self.meta.get("rubric") or {}).get("criteria") or []}
+        for j, name in enumerate(self.criteria):
+            opts = (crits.get(name) or {}).get("options") or []
+            if len(opts) == self.n_options:
+                out[j] = [str(o.get("label", "")) for o in opts]
+        return out
+
     def to_dataframe(self):
-        """Long format: one row per (item, criterion, ordering, option)."""
+        """Long format: one row per (item, criterion, ordering, option), with the option's label text and value,
+        the position it was shown at (1..n, as the prompt numbers it; ``position_index`` 0-based), the criterion's
+        position, the probability and label mass, and the judge that scored it (``model_id``, ``template``,
+        ``dtype`` from ``meta``; '' where the table does not record them)."""
         import pandas as pd
 
         i, c, k, n = self.probs.shape
         ii, cc, kk, oo = np.meshgrid(np.arange(i), np.arange(c), np.arange(k), np.arange(n), indexing="ij")
         pos = np.broadcast_to(inverse(self.item_option_orders())[:, None], self.probs.shape)
         cpos = np.broadcast_to(self.criterion_positions()[None, :, :].transpose(0, 2, 1)[..., None], self.probs.shape)
+        template = self.meta.get("template")
         df = pd.DataFrame({
             "item_id": self.item_ids[ii.ravel()],
             "criterion": np.asarray(self.criteria)[cc.ravel()],
             "ordering": kk.ravel(),
             "option": oo.ravel(),
+            "label": self.option_labels()[cc.ravel(), oo.ravel()],
             "value": self.values[cc.ravel(), oo.ravel()],
-            "position": pos.ravel(),
-            "criterion_position": cpos.ravel(),
+            "position": pos.ravel() + 1,
+            "position_index": pos.ravel(),
+            "criterion_position": cpos.ravel() + 1,
             "prob": self.probs.ravel(),
             "label_mass": np.broadcast_to(self.label_mass[..., None], self.probs.shape).ravel(),
+            "model_id": str(self.meta.get("model_id") or ""),
+            "template": str((template.get("name") if isinstance(template, dict) else template) or ""),
+            "dtype": str(self.meta.get("dtype") or ""),
         })
         if self.item_groups is not None:
             df.insert(1, "group", self.item_groups[ii.ravel()])

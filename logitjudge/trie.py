@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .errors import LogitJudgeError
+
+
+class TrieError(LogitJudgeError, ValueError):
+    """Sequences or reads a trie cannot hold."""
+
 
 @dataclass(eq=False)
 class Node:
@@ -42,7 +48,7 @@ def build(sequences, reads, end_keys=None, *, min_shared: int = 0) -> list[Node]
     root = _Raw()
     for s, seq in enumerate(sequences):
         if not seq:
-            raise ValueError(f"sequence {s} is empty: every sequence needs at least one token after the prefix")
+            raise TrieError(f"sequence {s} is empty: every sequence needs at least one token after the prefix")
         path = []
         node = root
         for t in seq:
@@ -53,7 +59,7 @@ def build(sequences, reads, end_keys=None, *, min_shared: int = 0) -> list[Node]
             path.append(node)
         for index, token, key in reads[s]:
             if not 0 <= index < len(seq):
-                raise ValueError(f"read at index {index} is outside sequence {s} of length {len(seq)}")
+                raise TrieError(f"read at index {index} is outside sequence {s} of length {len(seq)}")
             path[index].reads.setdefault(int(token), []).append(key)
         if end_keys is not None and end_keys[s] is not None:
             path[-1].ends.append(end_keys[s])

@@ -1,7 +1,7 @@
 """Exactness audit: before a run goes on, recompute a few random prompts with the plain path and compare.
 
 The engine's fast paths are held to the plain forward by parity tests per model family
-(:data:`logitjudge.capabilities.TESTED_MODEL_TYPES`). A model outside them may do something no config declares
+(:data:`logitjudge.judge.TESTED_MODEL_TYPES`). A model outside them may do something no config declares
 (an attention bias of its own, a new cache layout); the audit runs the engine on whole items (so the trie's
 sharing is exercised as in the run) and the plain path (:func:`logitjudge.engine.plain_prompt_logprobs`: one
 full forward per prompt and label, no cache, fp32 full-vocabulary softmax) on ``n`` prompts drawn at random
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .engine import EngineError, plain_prompt_logprobs
+from .errors import LogitJudgeError
 
 DEFAULT_TOL = 1e-5  # absolute, on each option probability (normalised over the options), fp32 models
 LOW_PRECISION_TOL = 0.05  # bf16/fp16 weights: the README's stated tolerance of those paths against fp32
@@ -30,7 +31,11 @@ def default_tol(model) -> float:
 
 
 class ExactnessError(EngineError):
-    pass
+    """The fast path differs from the plain forward on the audited prompts."""
+
+
+class AuditError(LogitJudgeError, ValueError):
+    """Audit settings that cannot be used."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +68,9 @@ def verify_exactness(engine, groups: list, n: int, *, rng=0, tol: float = DEFAUL
     probability differs by more than ``tol``.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"the number of audited prompts must be an integer >= 0, got {n!r}")
+        raise AuditError(f"the number of audited prompts must be an integer >= 0, got {n!r}")
     if not (isinstance(tol, float) and tol > 0):
-        raise ValueError(f"tol must be a positive float, got {tol!r}")
+        raise AuditError(f"tol must be a positive float, got {tol!r}")
     pairs = [(g, p) for g, group in enumerate(groups) for p in range(len(group))]
     if n == 0 or not pairs:
         return AuditResult(0, 0.0, tol, engine.prefix_mode, ())
@@ -90,11 +95,11 @@ def verify_exactness(engine, groups: list, n: int, *, rng=0, tol: float = DEFAUL
 
 def audit_run(engine, lm, items, rubric, option_orders, template, n: int | None, *, rng=0,
               tol: float | None = None) -> AuditResult:
-    """The audit before a run: ``n`` prompts (None: :func:`~logitjudge.capabilities.default_audit_prompts`)
+    """The audit before a run: ``n`` prompts (None: :func:`~logitjudge.judge.default_audit_prompts`)
     drawn from up to ``n`` random items' single-criterion prompts (``template``: a Template, a name or None for
     the default); the result goes into ``engine.mode_meta`` (copied into the table's meta). ``tol`` None:
     :func:`default_tol`. Raises :class:`ExactnessError` when it fails."""
-    from .capabilities import default_audit_prompts
+    from .judge import default_audit_prompts
     from .prompts import load_template
     from .requests import item_prompts, orders_of
 

@@ -28,9 +28,9 @@ def _option_orders(orderings, n: int, n_orderings: int | None, rng, n_items: int
         if orderings == "balanced":
             return ords.balanced(n)
         if orderings == "random":  # one random set shared by every item
-            return ords.random(n, n_orderings or 2 * n, rng=rng)
+            return ords.shared_random(n, n_orderings or 2 * n, rng=rng)
         if orderings == "per-item-random":
-            return ords.random_per_item(n, n_orderings or 2 * n, n_items, rng=rng)
+            return ords.random(n, n_orderings or 2 * n, n_items, rng=rng)
         if orderings == "all":
             return ords.all_orders(n)
         if orderings == "fixed":

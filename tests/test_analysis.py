@@ -33,7 +33,8 @@ def test_analyze_returns_every_section(planted):
     res = analyze(t, human=human, rng=0, n_boot=60, n_draws=5)
     for s in SECTIONS:
         assert res[s], f"section {s} missing: {res['skipped']}"
-    assert res["verdict"].startswith("C0: first-position bias, Cramér's V")
+    assert res["verdict"].startswith("C0: first-position bias (p = ")
+    assert "Cramér's V" in res["verdict"] and "items as clusters" in res["verdict"]
     assert "C1: first-position bias" in res["verdict"]
     assert res["table"]["design"] == "balanced"
     assert res["position"]["C0"]["chi_square"]["label"] == "first"
@@ -55,7 +56,7 @@ def test_analyze_returns_every_section(planted):
 def test_analyze_skips_with_reasons_and_names_the_direction():
     t = planted_table(150, 4, position_bias=[0, 0, 0, 0.8], prompt_noise=0.4, rng=2)
     res = analyze(t, n_boot=50)
-    assert res["verdict"].startswith("last-position bias, Cramér's V")
+    assert res["verdict"].startswith("last-position bias (p = ") and "favoured position 4" in res["verdict"]
     for s in ["alignment", "budget", "rank_stability", "criterion_position"]:
         assert res[s] is None
     assert res["skipped"]["alignment"] == "no human scores given"
@@ -171,3 +172,24 @@ def test_pride_reads_the_balanced_rows_inside_all_and_balanced_plus_random_table
         want = st.pride_prior(np.log(np.maximum(pbp[:, rows], 1e-12)), option_orders=shared).prior
         assert np.allclose(got, want) and got[3] > 0.25
         assert res["alignment"]["C0"]["pride"]["n_estimation_items"] == 8
+
+
+def test_positions_are_numbered_from_1_for_people():
+    """A planted first-position table: the verdict says 'position 1', no position column of the Markdown holds a
+    0, the JSON field a person reads is 1-based (the 0-based index is named *_index), counts print as integers."""
+    t = planted_table(120, 5, n_criteria=2, position_bias=[0.8, 0, 0, 0, 0], criterion_position_shift=[0.3, -0.3],
+                      prompt_noise=0.5, rng=4)
+    res = analyze(t, n_boot=100, reading="greedy")
+    assert "favoured position 1)" in res["verdict"] and "position 0" not in res["verdict"]
+    chi = res["position"]["C0"]["chi_square"]
+    assert chi["favoured"] == [1] and chi["favoured_index"] == [0]
+    counts = res["verdict"].split("counts by position [", 1)[1].split("]", 1)[0]
+    assert all(c.strip().isdigit() for c in counts.split(","))  # integers, not 50.0
+    md = format_markdown(res)
+    position_rows = [ln.split("|")[1].strip() for ln in md.split("## Position preference")[1].split("\n## ")[0]
+                     .splitlines() if ln.startswith("| ") and not ln.startswith("| position")]
+    assert position_rows == ["1", "2", "3", "4", "5"] * 2
+    crit = md.split("## Criterion-position effect")[1].split("\n## ")[0]
+    header = next(ln for ln in crit.splitlines() if ln.startswith("| criterion"))
+    assert "position 1" in header and "position 2" in header and "position 0" not in header
+    assert "positions [1] have" in chi["label_reason"]

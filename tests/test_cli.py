@@ -143,7 +143,10 @@ def long_run(tmp_path_factory, model_dir):
 
     d = tmp_path_factory.mktemp("long")
     texts = write_long_texts(d / "texts.jsonl", 24)
-    args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "random:2", "--quiet"]
+    # one thread in every process: the C kernels split rows over the threads, so the killed child and this
+    # process must run the same number of them for the tables to be equal bit for bit
+    args = ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "random:2", "--quiet",
+            "--threads", "1"]
     seen: list = []
     real_run = engine.Engine.prompt_logprobs
 
@@ -230,6 +233,37 @@ def test_failed_run_leaves_nothing_and_does_not_block_the_fix(tmp_path, model_di
     assert main(base + ["--rubric", str(rubric)]) == 2
     assert not list(tmp_path.glob("t.npz*"))
     assert main(base + ["--rubric", str(rubric), "--template", "bracketed"]) == 0
+
+
+def test_each_torchrun_rank_loads_the_judge_on_its_own_gpu(tmp_path, model_dir, monkeypatch):
+    """Under torchrun `--device cuda` becomes cuda:LOCAL_RANK before the model loads (a faked device count: no
+    GPU is needed); more ranks than GPUs on a node are refused in one line; other devices are kept."""
+    import logitjudge.models as models
+    from logitjudge.distributed import DistributedError, rank_device
+
+    env = {"WORLD_SIZE": "4", "LOCAL_RANK": "1", "RANK": "3"}
+    assert rank_device("cuda", env, device_count=2) == "cuda:1"
+    assert rank_device("cuda", {"WORLD_SIZE": "1", "LOCAL_RANK": "0"}, device_count=2) == "cuda"
+    assert rank_device("cpu", env, device_count=2) == "cpu" and rank_device("cuda:0", env, 2) == "cuda:0"
+    with pytest.raises(DistributedError, match="rank 2 of this node has no GPU of its own: the node has 2"):
+        rank_device("cuda", dict(env, LOCAL_RANK="2"), device_count=2)
+    # through the CLI: the device the model is loaded on
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    seen = {}
+
+    def fake_load(source, **kw):
+        seen.update(kw)
+        raise models.ModelError("stop here: the device is chosen")
+
+    monkeypatch.setattr(models, "load_model", fake_load)
+    texts = write_texts(tmp_path / "texts.jsonl", 2)
+    assert main(["score", "--model", str(model_dir), "--texts", str(texts), "--device", "cuda", "--quiet",
+                 "--out", str(tmp_path / "t.npz")]) == 2
+    assert seen["device"] == "cuda:1"
 
 
 @pytest.mark.parametrize("mode", [[], ["--multi-criteria", "--rubric", "hanna", "--criteria",
@@ -323,6 +357,7 @@ def test_bad_input_is_refused_before_the_model_loads(tmp_path, capsys, monkeypat
     out = ["--out", str(tmp_path / "t.npz")]
     for extra, words in [(["--template", "no-such"], "--template"), (["--orderings", "random:0"], "at least 1"),
                          (["--orderings", "fixed:0"], "at least 1"), (["--token-budget", "0"], "--token-budget"),
+                         (["--orderings", "random"], "needs a count: random:K, e.g. random:10"),
                          (["--out", str(texts / "t.npz")], "cannot write")]:
         capsys.readouterr()
         assert main(base + (extra if extra[0] == "--out" else extra + out)) == 2, extra

@@ -141,6 +141,22 @@ def test_recording_sees_only_its_own_span():
     assert dispatch.Recorder().as_meta() == {}
 
 
+def test_a_kept_recorder_counts_a_nested_call_once():
+    """A backend records into one recorder over its life: its read-out runs inside its forward's recording."""
+    k, _ = _kernel("toy_kept")
+    x = torch.randn(2, 2)
+    kept = dispatch.Recorder()
+    with dispatch.recording(kept):
+        k(x)
+        with dispatch.recording(kept) as again:
+            assert again is kept
+            k(x)
+    with dispatch.recording(kept):
+        k(x)
+    k(x)  # outside: not recorded
+    assert sum(v["calls"] for v in kept.as_meta()["toy_kept"]["ran"].values()) == 3
+
+
 def _score(lm, prefix_mode="auto", n=2):
     from logitjudge.engine import Engine
     from logitjudge.items import Item

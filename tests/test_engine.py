@@ -11,8 +11,8 @@ import torch
 
 from logitjudge import orderings
 from logitjudge.engine import Engine, Job, distribution, plain_prompt_logprobs, prompt_job
-from logitjudge.forward import PrefixKV
 from logitjudge.items import Item
+from logitjudge.judge.prefix import PrefixKV
 from logitjudge.prompts import Template, builtin_template
 from logitjudge.requests import item_prompts
 from logitjudge.rubric import Criterion, Rubric, ScoreOption, likert
@@ -54,7 +54,7 @@ def assert_parity(engine_lps, plain_lps, logp_atol=LOGP_ATOL):
 @pytest.mark.parametrize("design", ["balanced", "random"])
 def test_parity_tiny(tiny_lm, mode, template, design):
     rub = digit_rubric(2)
-    orders = orderings.balanced(5) if design == "balanced" else orderings.random(5, 4, rng=1)
+    orders = orderings.balanced(5) if design == "balanced" else orderings.shared_random(5, 4, rng=1)
     tpl = builtin_template(template)
     items = items_of_lengths(1, 3, 6)  # different lengths, all past the 24-token sliding window
     groups = [item_prompts(tiny_lm, rub, it, orders, tpl) for it in items]
@@ -77,7 +77,7 @@ def test_parity_multi_token_labels(tiny_lm):
 def test_parity_long_prompt(tiny_lm):
     """A prompt far past the sliding window (24 here) and past 512 tokens."""
     items = items_of_lengths(30)
-    groups = [item_prompts(tiny_lm, digit_rubric(), it, orderings.random(5, 3, rng=0), Template())
+    groups = [item_prompts(tiny_lm, digit_rubric(), it, orderings.shared_random(5, 3, rng=0), Template())
               for it in items]
     assert len(groups[0][0].prompt_ids) > 512
     got = Engine(tiny_lm).prompt_logprobs(groups)
@@ -121,7 +121,7 @@ def test_prefix_cache_matches_hf_cache(tiny_lm):
 
     eng = Engine(tiny_lm)
     ids = tiny_lm.tokenizer((STORY * 3).strip()).input_ids
-    res = eng.run([Job([ids], [[(len(ids) - 1, 5, "r")]], keep=["end"])])[0]
+    res = eng.evaluate([Job([ids], [[(len(ids) - 1, 5, "r")]], keep=["end"])])[0]
     pkv: PrefixKV = res.caches["end"]
     assert pkv.length == len(ids)
     cache = DynamicCache()
@@ -132,7 +132,7 @@ def test_prefix_cache_matches_hf_cache(tiny_lm):
         assert torch.allclose(pkv.values[i], layer.values[0], atol=1e-5)
     # and continuing from it gives the same next-token log-prob as one full forward
     extra = tiny_lm.tokenizer(" and then", add_special_tokens=False).input_ids
-    cont = eng.run([Job([extra], [[(len(extra) - 1, 7, "x")]], prefix=pkv)])[0].logprobs["x"]
+    cont = eng.evaluate([Job([extra], [[(len(extra) - 1, 7, "x")]], prefix=pkv)])[0].logprobs["x"]
     with torch.inference_mode():
         logits = tiny_lm.model(input_ids=torch.tensor([ids + extra])).logits[0, -1].float()
     assert abs(cont - float(torch.log_softmax(logits, -1)[7])) < LOGP_ATOL
@@ -151,7 +151,7 @@ def test_parity_gemma(gemma_lm):
     rub = digit_rubric()
     short = Item("short", STORY.strip())
     long = Item("long", (STORY * 28).strip())
-    groups = [item_prompts(gemma_lm, rub, it, orderings.random(5, 2, rng=3), Template()) for it in (short, long)]
+    groups = [item_prompts(gemma_lm, rub, it, orderings.shared_random(5, 2, rng=3), Template()) for it in (short, long)]
     assert len(groups[1][0].prompt_ids) > 512
     got = Engine(gemma_lm, token_budget=2048).prompt_logprobs(groups)
     for g, r in zip(groups, got):

@@ -124,6 +124,8 @@ def test_end_to_end_writes_every_report_file(first):
     assert f"**Verdict:** {saved['verdict']}" in head  # the verdict before any section
     assert "Skipped: " + r["skipped"]["criterion_position"] in md
     assert "![Budget curves](plots/budget.png)" in md
+    scores = (out / "scores.csv").read_text(encoding="utf-8").splitlines()  # one row per item and criterion
+    assert scores[0].startswith("item_id,group,criterion,reading,fixed,balanced,random") and len(scores) == 1 + 12
 
 
 def test_same_spec_gives_the_same_numbers(first, root):

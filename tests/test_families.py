@@ -18,9 +18,9 @@ import torch
 from conftest import tiny_gemma, tiny_tokenizer
 
 from logitjudge import orderings
-from logitjudge.capabilities import MODES, choose_mode, mode_refusal
 from logitjudge.engine import Engine, EngineError, distribution, plain_prompt_logprobs
 from logitjudge.items import Item
+from logitjudge.judge import MODES, choose_mode, mode_refusal
 from logitjudge.models import LoadedModel
 from logitjudge.prompts import builtin_template
 from logitjudge.requests import item_prompts

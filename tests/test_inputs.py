@@ -68,8 +68,8 @@ def test_balanced_orders_match_the_study():
 
 
 def test_random_and_parse():
-    a = orderings.random(5, 8, rng=3)
-    assert np.array_equal(a, orderings.random(5, 8, rng=3))
+    a = orderings.shared_random(5, 8, rng=3)
+    assert np.array_equal(a, orderings.shared_random(5, 8, rng=3))
     assert orderings.parse("shared-random:4", 5, seed=1).shape == (4, 5)
     assert orderings.parse("random:4", 5, seed=1, n_items=3).shape == (3, 4, 5)
     assert orderings.parse("fixed:3", 5).tolist() == [[0, 1, 2, 3, 4]] * 3

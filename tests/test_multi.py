@@ -28,7 +28,7 @@ def mixed_rubric() -> Rubric:
 
 
 def crossed_orders():
-    return orderings.cross(orderings.random(3, 2, rng=4), orderings.balanced(3))
+    return orderings.cross(orderings.shared_random(3, 2, rng=4), orderings.balanced(3))
 
 
 def plain_slot(lm, tpl, rub, item, oo, co, answers):

@@ -13,9 +13,9 @@ from conftest import fresh_tiny_lm
 from logitjudge_kernels import attention_ref
 
 from logitjudge.engine import Engine, EngineError
-from logitjudge.forward import PrefixKV
+from logitjudge.judge.backends.native_gemma3 import NativeGemma3, attend_selected, native_support
+from logitjudge.judge.prefix import PrefixKV
 from logitjudge.models import LoadedModel
-from logitjudge.native import NativeGemma3, attend_selected, native_support
 
 
 def _ids(lm, n: int, seed: int = 0) -> torch.Tensor:
@@ -86,7 +86,7 @@ def test_fused_weights_are_views_and_model_still_runs():
 def bf16_route(request, monkeypatch):
     """Each bf16 GEMM route of the native path, whatever this CPU measured faster (logitjudge.autodtype)."""
     import logitjudge.autodtype as ad
-    from logitjudge.native import _bf16_gemms_available, _packing_available
+    from logitjudge.judge.backends.native_gemma3 import _bf16_gemms_available, _packing_available
 
     if not _packing_available() or (request.param == "bf16" and not _bf16_gemms_available()):
         pytest.skip(f"route {request.param} needs oneDNN{' with bf16 GEMMs' if request.param == 'bf16' else ''}")
@@ -122,7 +122,7 @@ def test_bf16_upcast_route_is_the_fp32_path_on_bf16_rounded_weights(monkeypatch)
     """The bf16_upcast route computes exactly what the fp32 path computes on the bf16-rounded weights (same
     packed fp32 GEMMs, fp32 activations), including the pruned last layer and the captured keys/values."""
     import logitjudge.autodtype as ad
-    from logitjudge.native import _packing_available
+    from logitjudge.judge.backends.native_gemma3 import _packing_available
 
     if not _packing_available():
         pytest.skip("no oneDNN packing")

@@ -1,5 +1,5 @@
-"""logitjudge.probe: exactness against the plain model and the engine, and a planted positional shortcut that
-lens, attention, patching and probes must find."""
+"""logitjudge.probe: exactness against the plain model and the engine in every prefix mode (each backend's hook
+points), and a planted positional shortcut that lens, attention, patching and probes must find."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from planted import planted_lm
 from logitjudge import balanced, orderings
 from logitjudge import stats as st
 from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
-from logitjudge.forward import install_shared_attention
+from logitjudge.errors import ProbeError
 from logitjudge.items import Item
+from logitjudge.judge import MODES
+from logitjudge.judge.hooks import attn_implementation
 from logitjudge.probe.capture import capture_item
-from logitjudge.probe.hooks import ProbeError, architecture, attn_implementation, hooks
 from logitjudge.probe.lens import option_distribution
 from logitjudge.probe.patching import make_pairs, make_sites, patch_item, patch_item_plain
 from logitjudge.probe.prompts import probe_prompts
@@ -39,21 +40,27 @@ def word_rubric() -> Rubric:  # multi-token labels for the tiny tokenizer ("Exce
 
 @pytest.fixture(scope="module")
 def lm():
-    return fresh_tiny_lm()  # its own model: patching installs the shared-prefix attention on it
+    return fresh_tiny_lm()  # its own model: the backends install their attention on it
 
 
 def _items(*repeats):
     return [Item(f"i{k}", (STORY * r).strip()) for k, r in enumerate(repeats)]
 
 
+def backend(lm, mode: str = "auto"):
+    """The backend the scores of ``lm`` run on in ``mode`` (the probe's only way into the model)."""
+    return Engine(lm, prefix_mode=mode).backend
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("rubric,template", [(digit_rubric, "text-first"), (word_rubric, "text-first"),
                                              (digit_rubric, "rubric-first")])
-def test_last_layer_lens_equals_engine(lm, rubric, template):
+def test_last_layer_lens_equals_engine(lm, rubric, template, mode):
     rub, tpl, orders = rubric(), builtin_template(template), balanced(5)
-    arch = architecture(lm.model)
+    b = backend(lm, mode)
     for it in _items(1, 3):
         pps = probe_prompts(lm, rub, it, orders, tpl)
-        cap = capture_item(lm.model, arch, pps, attention=False)
+        cap = capture_item(b, pps, attention=False)
         eng = Engine(lm, prefix_mode="native").prompt_logprobs([[pp.encoded for pp in pps]])[0]
         ref = np.array([distribution(x)[0] for x in eng])
         assert np.abs(option_distribution(cap.lens_logprobs[:, -1]) - ref).max() < 1e-5
@@ -61,12 +68,13 @@ def test_last_layer_lens_equals_engine(lm, rubric, template):
         assert np.abs(cap.lens_logprobs[:, -1] - np.array(plain)).max() < 5e-5
 
 
-def test_attention_masses_equal_eager_attentions(lm):
-    """Masses over all categories sum to 1 per head and equal the plain eager run's output_attentions."""
-    orders = orderings.random(5, 3, rng=2)
-    arch = architecture(lm.model)
+@pytest.mark.parametrize("mode", MODES)
+def test_attention_masses_equal_eager_attentions(lm, mode):
+    """Masses over all categories sum to 1 per head and equal the plain eager run's output_attentions, whichever
+    backend computed them (native and shared compute the pattern, copy and plain switch to eager)."""
+    orders = orderings.shared_random(5, 3, rng=2)
     pps = probe_prompts(lm, digit_rubric(), _items(2)[0], orders)
-    cap = capture_item(lm.model, arch, pps, attention=True)
+    cap = capture_item(backend(lm, mode), pps, attention=True)
     assert np.abs(cap.attention.sum(-1) - 1).max() < 1e-5
     C = len(category_names(5))
     with attn_implementation(lm.model, "eager"), torch.inference_mode():
@@ -91,62 +99,85 @@ def test_spans_cover_the_option_lines(lm):
     assert lm.tokenizer.decode(instr).strip() == rub.instructions
 
 
-@pytest.mark.parametrize("mode", ["shared", "copy"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("rubric", [digit_rubric, word_rubric])
 def test_patching_matches_plain_hooks(lm, mode, rubric):
-    """Batched patching on the cached prefix equals one full forward per patch (the hook-library way)."""
-    if mode == "shared":
-        install_shared_attention(lm.model)
+    """Batched patching on the cached prefix, in every backend, equals one full forward per patch (the
+    hook-library way); a small token budget splits the patches of a target into several batches."""
     orders = balanced(5)
-    arch = architecture(lm.model)
-    sites = make_sites(arch.n_layers, arch.n_heads)
+    b = backend(lm, mode)
+    sites = make_sites(b.n_layers, b.n_heads)
     pps = probe_prompts(lm, rubric(), _items(2)[0], orders)
     pairs = make_pairs(orders, "reverse")[:3]
-    clean, patched = patch_item(lm.model, arch, pps, pairs, sites, mode=mode, max_rows=17)
-    clean_ref, patched_ref = patch_item_plain(lm.model, arch, pps, pairs, sites)
+    clean, patched = patch_item(b, pps, pairs, sites, token_budget=40)
+    clean_ref, patched_ref = patch_item_plain(lm.model, pps, pairs, sites)
     assert np.abs(clean - clean_ref).max() < 1e-5
     assert np.abs(patched - patched_ref).max() < 1e-5
-    # the plain way with logits only where read (logits_to_keep) gives the same numbers
-    clean_read, patched_read = patch_item_plain(lm.model, arch, pps, pairs, sites, logits="read")
-    assert np.abs(clean_read - clean_ref).max() < 1e-6 and np.abs(patched_read - patched_ref).max() < 1e-6
+    if mode == "native":  # the plain way with logits only where read (logits_to_keep) gives the same numbers
+        clean_read, patched_read = patch_item_plain(lm.model, pps, pairs, sites, logits="read")
+        assert np.abs(clean_read - clean_ref).max() < 1e-6 and np.abs(patched_read - patched_ref).max() < 1e-6
     assert np.abs(patched - clean[pairs[:, 1]][:, None]).max() > 1e-3  # the patches move the answers
 
 
 def test_self_patch_changes_nothing_and_last_residual_is_the_source(lm):
-    install_shared_attention(lm.model)
     orders = balanced(5)
-    arch = architecture(lm.model)
-    sites = make_sites(arch.n_layers, arch.n_heads)
+    b = backend(lm)
+    sites = make_sites(b.n_layers, b.n_heads)
     pps = probe_prompts(lm, digit_rubric(), _items(3)[0], orders)
     K = len(orders)
     selfpairs = np.stack([np.arange(K), np.arange(K)], axis=1)
-    clean, patched = patch_item(lm.model, arch, pps, selfpairs, sites)
+    clean, patched = patch_item(b, pps, selfpairs, sites)
     assert np.abs(patched - clean[:, None]).max() <= 1e-6
     pairs = make_pairs(orders, "all")
-    clean, patched = patch_item(lm.model, arch, pps, pairs, sites)
-    last = np.flatnonzero((sites.layer == arch.n_layers - 1) & (sites.kind == 0))[0]
+    clean, patched = patch_item(b, pps, pairs, sites)
+    last = np.flatnonzero((sites.layer == b.n_layers - 1) & (sites.kind == 0))[0]
     assert np.abs(patched[:, last] - clean[pairs[:, 0]]).max() < 1e-5  # single-token labels
 
 
-def test_hook_names_are_checked(lm):
+@pytest.mark.parametrize("mode", ["native", "shared"])
+def test_hook_names_are_checked(lm, mode):
+    b = backend(lm, mode)
     with pytest.raises(ProbeError, match="unknown hook point"):
-        with hooks(lm.model, {"blocks.0.resid": lambda t: None}):
+        with b.hooks({"blocks.0.resid": lambda t: None}):
             pass
     with pytest.raises(ProbeError, match="layers"):
-        with hooks(lm.model, {"blocks.99.hook_resid_post": lambda t: None}):
+        with b.hooks({"blocks.99.hook_resid_post": lambda t: None}):
             pass
+
+
+def test_lens_reads_one_log_sum_exp_per_position(lm, monkeypatch):
+    """Five one-token labels at the answer position are one read row per layer and ordering (the engine's
+    read-out: one full-vocabulary log-sum-exp per position, the labels as its columns), not five."""
+    import logitjudge.judge.head as head_mod
+
+    rows = []
+    real = head_mod.label_logprobs
+
+    def counting(h, *a, **k):
+        rows.append(h.shape[0])
+        return real(h, *a, **k)
+
+    monkeypatch.setattr(head_mod, "label_logprobs", counting)
+    b = backend(lm)
+    pps = probe_prompts(lm, digit_rubric(), _items(1)[0], balanced(5))
+    capture_item(b, pps, attention=False)
+    assert rows == [len(pps) * b.n_layers]
+    rows.clear()
+    pairs = make_pairs(balanced(5), "reverse")[:1]
+    patch_item(b, pps, pairs, make_sites(b.n_layers, b.n_heads, ("resid",)))
+    assert sum(rows) == len(pps) + b.n_layers  # a clean row per ordering, a row per patch
 
 
 # ---- the planted shortcut -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def planted_table():
-    from logitjudge.probe.run import probe
+    from logitjudge.run import ProbeRun
 
     lm, rub, tpl = planted_lm(tiny_tokenizer())
     words = " ".join(CORPUS).split()
     rng = np.random.default_rng(0)
     items = [Item(str(i), " ".join(rng.choice(words, size=8 + i))) for i in range(6)]
-    return probe(lm, items, rub, balanced(5), template=tpl, progress=False)
+    return ProbeRun(lm, items, rub, balanced(5), template=tpl, progress=False).execute()
 
 
 def test_planted_shortcut_model_picks_the_first_position(planted_table):
@@ -165,7 +196,7 @@ def test_lens_finds_the_planted_layer(planted_table):
 def test_attention_finds_the_planted_head(planted_table):
     att = probe_results(planted_table, n_boot=100, rng=0)["attention"]
     assert np.unravel_index(att.position_index.argmax(), att.position_index.shape) == (1, 0)
-    assert att.top_position[1, 0] == 0 and att.by_position[1, 0, 0] > 0.95
+    assert att.top_position_index[1, 0] == 0 and att.by_position[1, 0, 0] > 0.95
     assert att.follows_choice[1, 0] > 0.9  # the chosen option is the one shown first
 
 
@@ -247,22 +278,21 @@ def test_gemma_lens_attention_and_patching_are_exact(gemma_lm):
     """The real Gemma-3-270M (18 layers, GQA, sliding + global layers): lens = engine, masses sum to 1,
     batched patching = one full forward per patch (tolerance 1e-5 on option probabilities)."""
     from logitjudge.probe.patching import Sites
-    from logitjudge.probe.run import forward_mode
 
     orders = balanced(5)
     pps = probe_prompts(gemma_lm, digit_rubric(), _items(2)[0], orders)
-    arch = architecture(gemma_lm.model)
-    cap = capture_item(gemma_lm.model, arch, pps, attention=True)
-    eng = Engine(gemma_lm).prompt_logprobs([[pp.encoded for pp in pps]])[0]
+    engine = Engine(gemma_lm)  # native
+    b = engine.backend
+    cap = capture_item(b, pps, attention=True)
+    eng = engine.prompt_logprobs([[pp.encoded for pp in pps]])[0]
     ref = np.array([distribution(x)[0] for x in eng])
     assert np.abs(option_distribution(cap.lens_logprobs[:, -1]) - ref).max() < 1e-5
     assert np.abs(cap.attention.sum(-1) - 1).max() < 1e-5
-    forward_mode(gemma_lm.model, "shared")
-    every = make_sites(arch.n_layers, arch.n_heads)
+    every = make_sites(b.n_layers, b.n_heads)
     keep = np.isin(every.layer, [0, 8, 17]) & ((every.kind != 3) | (every.head == 1))
     sites = Sites(every.layer[keep], every.kind[keep], every.head[keep])
     pairs = make_pairs(orders, "reverse")[:2]
-    clean, patched = patch_item(gemma_lm.model, arch, pps, pairs, sites)
-    clean_ref, patched_ref = patch_item_plain(gemma_lm.model, arch, pps, pairs, sites)
+    clean, patched = patch_item(b, pps, pairs, sites)
+    clean_ref, patched_ref = patch_item_plain(gemma_lm.model, pps, pairs, sites)
     assert np.abs(clean - clean_ref).max() < 1e-5 and np.abs(patched - patched_ref).max() < 1e-5
     assert np.abs(clean - ref).max() < 1e-5

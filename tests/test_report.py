@@ -5,6 +5,7 @@ import html
 import json
 import re
 import shutil
+import struct
 import subprocess
 
 import pytest
@@ -49,6 +50,31 @@ def test_every_plot_is_a_png(full):
         assert p == paths["folder"] / "plots" / f"{name}.png", name
         data = p.read_bytes()
         assert data.startswith(PNG) and len(data) > 1024, name
+        width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
+        assert width >= 800 and height >= 600, (name, width, height)  # legible: was 420 x 320 px
+
+
+def test_report_page_fixes(full, bare):
+    """The page issue 22 found wrong: RANDOM's K=1 correlation one estimate in the alignment and budget tables,
+    PriDe's bullet beside its bar, the budget box never empty, '1 group' in the singular."""
+    from logitjudge.sections import SECTIONS
+    from logitjudge.sections.budget import _box_lines
+
+    res, paths = full
+    sec = {s.name: s for s in SECTIONS}
+    for c in res["alignment"]:
+        rnd = res["alignment"][c]["item"]["random"]["pearson"]
+        assert rnd["statistic"] == res["budget"][c]["curves"]["random"][0]  # one estimate, not two
+        assert rnd["se"] == res["budget"][c]["curves_se"]["random"][0]
+    md = paths["markdown"].read_text(encoding="utf-8")
+    assert all("PriDe (held-out items)" in line for line in sec["alignment"].summary(res))
+    assert "RANDOM (K=1) 0." in md and ("(MC SE)" in md or "(exact)" in md)
+    for b in res["budget"].values():
+        box = _box_lines(b)
+        assert box and all(": +" in line or ": -" in line for line in box), box  # the gain at K=3 / K=5
+    one = {"table": {"criteria": ["C"]}, "rank_stability": {"C": dict(res["rank_stability"]["Coherence"])}}
+    one["rank_stability"]["C"]["top1_flips"] = dict(one["rank_stability"]["C"]["top1_flips"], n_groups=1)
+    assert "over 1 group;" in sec["rank_stability"].summary(one)[0]
 
 
 def test_results_json_holds_every_number(full):
@@ -135,3 +161,27 @@ def test_html_opens_in_headless_chromium(full, tmp_path):
     assert dom.count("<img") == len(PLOTS) and "Verdict:" in dom
     for bad in ("Uncaught", "net::ERR_", "Not allowed to load local resource"):
         assert bad not in proc.stderr, bad
+
+
+def test_probe_page_numbers_positions_from_1_and_layers_as_transformers(tmp_path):
+    """The probe page: positions 1..n, layers and heads as transformers names them (from 0), said once."""
+    import numpy as np
+
+    from logitjudge.orderings import balanced
+    from logitjudge.probe.table import ProbeTable
+    from logitjudge.report.probe import NUMBERING, write_probe_report
+
+    orders, rng = balanced(5), np.random.default_rng(0)
+    logits = rng.normal(0, 0.3, (8, 10, 5)) + 1.5 * (np.argsort(orders, axis=1) == 0)  # position 1 favoured
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    att = np.full((8, 10, 2, 2, 13), 1 / 13)  # [items, orderings, layers, heads, 2n + 3 spans]
+    att[:, :, 1, 0] = 0.01
+    att[:, :, 1, 0, 0] = 1 - 0.01 * 12  # layer 1, head 0 reads the option line at position 1
+    lens = np.log(np.stack([np.full_like(probs, 0.2), probs], axis=2))  # layer 0 flat, layer 1 the output
+    tab = ProbeTable([f"i{i}" for i in range(8)], orders, list("12345"), "Q", probs, lens_logprobs=lens,
+                     attention=att, meta={"model_id": "synthetic"})
+    write_probe_report(tab, tmp_path, n_boot=50, rng=0)
+    md = (tmp_path / "probe.md").read_text(encoding="utf-8")
+    assert md.count(NUMBERING) == 1 and "L1.h0 → 1 (" in md
+    saved = json.loads((tmp_path / "probe.json").read_text())
+    assert saved["attention"]["top_position_index"][1][0] == 0  # 0-based for programs, named *_index

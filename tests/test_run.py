@@ -33,7 +33,7 @@ def items() -> list[Item]:
 
 
 def per_item_orders(n_items: int, k: int, n: int) -> np.ndarray:
-    return np.stack([orderings.random(n, k, rng=10 + i) for i in range(n_items)])  # (I, K, n)
+    return np.stack([orderings.shared_random(n, k, rng=10 + i) for i in range(n_items)])  # (I, K, n)
 
 
 @pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
@@ -85,7 +85,7 @@ def test_one_dump_for_single_and_multi_criteria(tiny_lm, tmp_path):
     multi = [json.loads(x) for x in dump_prompts(tiny_lm, its, rub, orders, mtpl, tmp_path / "m.jsonl",
                                                  criterion_orders=co).read_text(encoding="utf-8").splitlines()]
     assert len(multi) == 2 * 2 and multi[0]["slot"] == 0
-    assert multi[0]["criteria_order"] == ["Fluency", "Coherence"] and multi[0]["criterion"] == "Fluency"
+    assert multi[0]["criterion_order"] == ["Fluency", "Coherence"] and multi[0]["criterion"] == "Fluency"
     ep = encode(tiny_lm, mtpl, rub, slot_request(its[0], orders[0][0], co[0]))
     assert multi[0]["prompt"] == ep.prompt_text and multi[0]["continuations"] == list(ep.continuations)
 
@@ -124,3 +124,35 @@ def test_rerun_reuses_a_finished_table_and_replaces_other_settings(tiny_lm, tmp_
     with caplog.at_level("WARNING"):
         t3 = score(tiny_lm, items()[:2], rub, orderings.fixed(5, 2), out=out, progress=False)
     assert t3.shape[2] == 2 and "replaces it" in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["single", "marginal", "greedy"])
+def test_plan_counts_the_tokens_the_engine_runs(tiny_lm, mode, monkeypatch):
+    """A run's plan (its start line and the bar's total) counts the trie tokens the engine then runs: exactly,
+    but for greedy slots, whose later prompts follow the judge's answers (an estimate, said so). The prompts the
+    plan encodes are kept for the run: each item is encoded once."""
+    from logitjudge import run as run_mod
+
+    rub = two_criteria()
+    kw = {} if mode == "single" else {"criterion_orders": np.array([[0, 1], [1, 0]]), "slots": mode}
+    engine = Engine(tiny_lm, token_budget=256)
+    r = Run(tiny_lm, items(), rub, per_item_orders(3, 2, 3), engine=engine, progress=False, **kw)
+    encoded = []
+    real = run_mod.item_prompts
+    monkeypatch.setattr(run_mod, "item_prompts", lambda *a: encoded.append(a[2].id) or real(*a))
+    ckpt = Checkpoint(None, "p")
+    plan = r.plan([0, 1, 2], ckpt)
+    r.records(ckpt)
+    ran = engine.stats["tokens"]
+    assert plan.items == 3 and plan.saved == 0 and plan.prompts == 3 * 2 * 2
+    if mode == "greedy":
+        assert plan.estimate and abs(plan.tokens - ran) <= 0.1 * ran
+    else:
+        assert not plan.estimate and plan.tokens == ran
+    if mode == "single":
+        assert plan.batches >= 2 and sorted(encoded) == ["i0", "i1", "i2"]  # encoded once, by the plan
+        monkeypatch.setattr(run_mod, "KEEP_ENCODED", 0)  # nothing kept: the run encodes them again
+        encoded.clear()
+        r.plan([0, 1, 2], Checkpoint(None, "p"))
+        r.records(Checkpoint(None, "p"))
+        assert sorted(encoded) == ["i0", "i0", "i1", "i1", "i2", "i2"]

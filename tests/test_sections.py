@@ -150,7 +150,7 @@ def test_greedy_reading_reaches_every_section_and_random_is_an_expectation(plant
     assert chi["reading"] == "greedy" and "counts by position" in res["verdict"]
     flips = res["rank_stability"]["C0"]
     assert flips["top1_flips"]["reading"] == "greedy" and set(flips["top1_change"]) == {"random", "balanced"}
-    assert "pairwise top-1 disagreement" in format_markdown(res)
+    assert "pairwise top-set disagreement" in format_markdown(res)
 
 
 def test_budget_reports_gains_over_fixed_with_cis_and_shares_only_where_they_hold(planted):
@@ -171,10 +171,12 @@ def test_edges_and_mixed_labels_read_as_sentences_with_their_counts():
     from logitjudge.sections.position import _criterion_verdict
 
     base = {"cramers_v": 0.3, "cramers_v_ci_low": 0.2, "cramers_v_ci_high": 0.4, "pvalue": 1e-6, "alpha": 0.05,
-            "reading": "greedy", "counts": [40.0, 10.0, 10.0, 40.0], "n": 100.0, "favoured": [0, 3]}
+            "reading": "greedy", "counts": [40.0, 10.0, 10.0, 40.0], "n": 100.0, "favoured": [1, 4],
+            "design_effect": 1.2, "n_items": 10}
     v = _criterion_verdict("C", dict(base, label="edges"), None)
-    assert "edges-position" not in v and "U-shaped" in v and "[40.0, 10.0, 10.0, 40.0]" in v and "[0, 3]" in v
-    v = _criterion_verdict("C", dict(base, label="mixed", favoured=[0, 2]), None)
+    assert "edges-position" not in v and "U-shaped" in v and "[40, 10, 10, 40]" in v and "positions 1, 4" in v
+    assert "of N = 100 prompts from 10 items" in v and "design effect 1.20" in v and "p = 1e-06" in v
+    v = _criterion_verdict("C", dict(base, label="mixed", favoured=[1, 3]), None)
     assert "mixed-position" not in v and "neither one end nor one block" in v
 
 
@@ -187,3 +189,17 @@ def test_shared_random_design_skips_the_chi_square_with_the_reason():
         next(v for k, v in res["skipped"].items() if k.endswith("chi_square"))
     assert "shared by every item" in why and "random:K" in why
     assert "position bias not tested" in res["verdict"]
+
+
+def test_all_orders_table_compares_random_and_balanced_at_the_rotations_budget():
+    """On all n! orders BALANCED is the 2n rotations inside the table: RANDOM's top-1 change is taken at that K,
+    drawn from every permutation, and the per-item scores say K=2n."""
+    from synthetic import planted_table
+
+    from logitjudge.sections.scores import item_scores
+
+    t = planted_table(24, 4, orderings="all", position_bias=[0.6, 0, 0, 0], prompt_noise=0.5, n_groups=6, rng=1)
+    res = analyze(t, n_boot=20, n_draws=3, reading="greedy")
+    change = res["rank_stability"]["C0"]["top1_change"]
+    assert change["balanced"]["k"] == change["random"]["k"] == 8 and change["random"]["pool"] == "all orders"
+    assert set(item_scores(t).random_k) == {8}

@@ -184,7 +184,7 @@ def test_balanced_rows_finds_the_rotations_in_every_design():
     assert np.array_equal(a[balanced_rows(a)], ref)
     both = ords.parse("balanced+random:6", 4, seed=3, n_items=5)  # (5, 14, 4): rotations first in every item
     assert np.array_equal(balanced_rows(both), np.arange(8))
-    assert balanced_rows(ords.random_per_item(4, 6, 5, rng=0)) is None
+    assert balanced_rows(ords.random(4, 6, 5, rng=0)) is None
     assert balanced_rows(ords.fixed(4, 3)) is None
 
 

@@ -20,6 +20,7 @@ from logitjudge.stats import (
     position_label,
     probs_by_position,
 )
+from logitjudge.stats.direction import count_list
 from logitjudge.table import ScoreTable
 
 
@@ -65,7 +66,7 @@ def test_designs_are_detected_for_shared_and_per_item_orders():
     assert detect_design(ords.parse("random:4", 4, n_items=5)) == PER_ITEM_RANDOM
     same = np.broadcast_to(ords.balanced(4), (3, 8, 4))
     assert detect_design(same) == "balanced"  # identical per-item sets are one shared set
-    assert detect_design(ords.random(4, 5, rng=0)) == "random"
+    assert detect_design(ords.shared_random(4, 5, rng=0)) == "shared-random"
 
 
 # ---- per-item tables ---------------------------------------------------------------------------------------
@@ -85,7 +86,8 @@ def test_per_item_table_views_and_round_trip(tmp_path):
     np.testing.assert_array_equal(probs_by_position(t.probs[:, 0], t.option_orders), pbp[:, 0])
     df = t.to_dataframe()
     row = df[(df.item_id == t.item_ids[3]) & (df.ordering == 2) & (df.option == 1)].iloc[0]
-    assert row.position == int(np.flatnonzero(t.option_orders[3, 2] == 1)[0])
+    assert row.position_index == int(np.flatnonzero(t.option_orders[3, 2] == 1)[0])
+    assert row.position == row.position_index + 1  # as the prompt numbers it
     back = ScoreTable.load(t.save(tmp_path / "t.npz"))
     np.testing.assert_array_equal(back.option_orders, t.option_orders)
     np.testing.assert_array_equal(back.probs, t.probs)
@@ -137,14 +139,14 @@ def _per_item_null_tables(n_tables):
     base = _order_blind("balanced", n_items=40)  # content only: the same distribution under every order
     p = base.probs[:, 0, 0]  # [items, options]
     for seed in range(n_tables):
-        orders = ords.random_per_item(4, 4, 40, rng=seed)
+        orders = ords.random(4, 4, 40, rng=seed)
         pbp = np.take_along_axis(np.broadcast_to(p[:, None], (40, 4, 4)), orders, axis=2)
         yield pbp, orders
 
 
 def test_order_blind_judge_is_refused_on_a_shared_random_design():
     # the case: every item picks the same option under 4 shared random orders -> spurious "bias"
-    t = _order_blind(ords.random(4, 4, rng=1))
+    t = _order_blind(ords.shared_random(4, 4, rng=1))
     pbp = t.probs_by_position()[:, 0]
     with pytest.raises(ConfoundedDesignError, match="content and position are confounded.*random:K"):
         position_chisquare(pbp, t.option_orders, n_boot=0)
@@ -163,8 +165,9 @@ def test_per_item_random_needs_enough_prompts():
 def test_u_shaped_preference_is_edges_not_first():
     t = planted_table(300, 5, position_bias=[0.6, 0.0, -0.4, 0.0, 0.6], prompt_noise=0.5, rng=2)
     res = position_chisquare(t.probs_by_position()[:, 0], t.option_orders, n_boot=300, rng=0)
-    assert res.label == "edges" and res.favoured == (0, 4) and res.pvalue < 1e-6
-    assert str(res.counts.round(2).tolist()) in res.label_reason  # the verdict quotes the counts it rests on
+    assert res.label == "edges" and res.favoured == (1, 5) and res.favoured_index == (0, 4) and res.pvalue < 1e-6
+    assert str(count_list(res.counts)) in res.label_reason  # the verdict quotes the counts it rests on
+    assert "positions [1, 5]" in res.label_reason  # numbered as a person counts them
     # the counts, without a bootstrap: the two ends tie at the top
     c = np.array([30, 21, 12, 17, 30])
     p = sps.chisquare(c).pvalue

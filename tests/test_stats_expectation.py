@@ -10,6 +10,7 @@ from logitjudge import orderings as ords
 from logitjudge.stats import (
     StatsError,
     aggregate_scores,
+    item_outcomes,
     random_expectation,
     random_expectation_ref,
     random_item_scores,
@@ -60,17 +61,50 @@ def test_monte_carlo_k3_lies_within_3_se_of_brute_force(reading, replace):
     p, v = t.probs[:, 0], t.values[0]
     stat = _pearson_with(np.array([1.0, 2.5, 1.7]))
     exact = random_expectation_ref(p, v, stat, k=3, reading=reading, replace=replace)
-    mc = random_expectation(p, v, stat, k=3, reading=reading, replace=replace, precision=0.01, rng=0)
+    mc = random_expectation(p, v, stat, k=3, reading=reading, replace=replace, precision=0.01, max_outcomes=0,
+                            rng=0)
     assert not mc.exact and mc.reached and mc.se <= 0.01 and mc.n_draws >= 200
     assert abs(mc.value - exact) <= 3 * mc.se, (mc.value, exact, mc.se)
-    again = random_expectation(p, v, stat, k=3, reading=reading, replace=replace, precision=0.01, rng=0)
+    again = random_expectation(p, v, stat, k=3, reading=reading, replace=replace, precision=0.01, max_outcomes=0,
+                               rng=0)
     assert again.value == mc.value and again.n_draws == mc.n_draws  # one seed, one number
+
+
+@pytest.mark.parametrize("reading", ["greedy", "expected", "sampled"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_small_draw_spaces_are_enumerated_exactly(reading, k):
+    t = _all_table()
+    p, v = t.probs[:, 0], t.values[0]
+    stat = _pearson_with(np.array([1.0, 2.5, 1.7]))
+    ref = random_expectation_ref(p, v, stat, k=k, reading=reading)
+    res = random_expectation(p, v, stat, k=k, reading=reading, option_orders=t.option_orders)
+    assert res.exact and res.se == 0 and res.value == pytest.approx(ref, abs=1e-8)  # sums rounded at 1e-9
+    assert "exact" in res.note and res.n_draws == np.prod([len(a) for a, _ in item_outcomes(p, v, k=k,
+                                                                                             reading=reading)])
+    # above the bound the same expectation is Monte-Carlo, within 4 SE
+    mc = random_expectation(p, v, stat, k=k, reading=reading, max_outcomes=res.n_draws - 1, precision=0.01, rng=0)
+    assert not mc.exact and abs(mc.value - ref) <= 4 * mc.se
+
+
+def test_greedy_k1_is_a_finite_sum_over_each_items_distinct_answers():
+    # item 0 answers 1 in 2 of its 4 rows and 3 in the others; item 1 always 2; item 2: 1, 2, 2, 3
+    onehot = np.eye(3)
+    p = np.stack([onehot[[0, 0, 2, 2]], onehot[[1, 1, 1, 1]], onehot[[0, 1, 1, 2]]]) * 0.9 + 0.1 / 3
+    v = np.array([1.0, 2.0, 3.0])
+    sup = item_outcomes(p, v, k=1)
+    np.testing.assert_allclose(sup[0][0], [1, 3]) and np.testing.assert_allclose(sup[0][1], [0.5, 0.5])
+    np.testing.assert_allclose(sup[2][1], [0.25, 0.5, 0.25])
+    mean_of_max = random_expectation(p, v, lambda x: x.max(axis=1), k=1)  # not affine: enumerated
+    # max over items: item 1 is 2 always; max = 3 when item 0 or item 2 answers 3: 1 - 0.5 * 0.75 = 0.625
+    assert mean_of_max.exact and mean_of_max.value == pytest.approx(0.625 * 3 + 0.375 * 2)
+    assert mean_of_max.n_draws == 2 * 1 * 3
 
 
 def test_precision_is_reported_when_not_reached():
     t = _all_table()
     stat = _pearson_with(np.array([1.0, 2.5, 1.7]))
-    res = random_expectation(t.probs[:, 0], t.values[0], stat, k=2, precision=1e-6, max_draws=400, rng=0)
+    res = random_expectation(t.probs[:, 0], t.values[0], stat, k=2, precision=1e-6, max_draws=400, max_outcomes=0,
+                             rng=0)
     assert not res.reached and res.n_draws == 400 and "not reached" in res.note and res.se > 1e-6
 
 

@@ -22,6 +22,7 @@ from logitjudge.stats import (
     pride_prior,
     probs_by_position,
     probs_from_positions,
+    rao_scott_chisquare,
 )
 
 
@@ -42,7 +43,7 @@ def test_probs_by_position_matches_table_and_inverts():
 def test_detect_design():
     assert detect_design(ords.balanced(5)) == "balanced"
     assert detect_design(ords.fixed(5, 3)) == "fixed"
-    assert detect_design(ords.random(5, 7, rng=0)) == "random"
+    assert detect_design(ords.shared_random(5, 7, rng=0)) == "shared-random"
 
 
 def test_chisquare_matches_scipy_and_cramers_v_by_hand():
@@ -53,12 +54,16 @@ def test_chisquare_matches_scipy_and_cramers_v_by_hand():
     res = position_chisquare(pbp, orders, n_boot=200, rng=1)
     ref = sps.chisquare([30, 15, 20, 15])
     assert res.statistic == pytest.approx(ref.statistic)
-    assert res.pvalue == pytest.approx(ref.pvalue)
+    assert res.pvalue_per_prompt == pytest.approx(ref.pvalue)  # prompts as if independent: kept, not the verdict
+    rs = rao_scott_chisquare(pbp.sum(axis=1))  # the verdict's test: items as clusters
+    assert res.pvalue == pytest.approx(rs.pvalue) and res.design_effect == pytest.approx(rs.design_effect)
     np.testing.assert_allclose(res.counts, [30, 15, 20, 15])
-    assert res.dof == 3 and res.n == 80
+    assert res.dof == 3 and res.n == 80 and res.n_items == 10
     # chi2 = sum (o - 20)^2 / 20 = (100 + 25 + 0 + 25) / 20 = 7.5 ; V = sqrt(7.5 / (80 * 3))
     assert res.statistic == pytest.approx(7.5)
-    assert res.cramers_v == pytest.approx(np.sqrt(7.5 / 240))
+    assert res.cramers_v_raw == pytest.approx(np.sqrt(7.5 / 240))
+    d = rs.design_effect  # bias-corrected: sqrt(max(0, X² - 3 d) / (3 (80 - d)))
+    assert res.cramers_v == pytest.approx(np.sqrt(max(0.0, 7.5 - 3 * d) / (3 * (80 - d))))
     assert res.cramers_v_ci_low <= res.cramers_v <= res.cramers_v_ci_high
     assert np.all(res.share_ci_low <= res.shares) and np.all(res.shares <= res.share_ci_high)
     assert res.design == "balanced"
@@ -160,13 +165,25 @@ def test_position_effect_is_exact_without_noise_and_works_on_random_designs():
     t = planted_table(30, 4, position_bias=bias, orderings="random", n_orderings=12, rng=1)
     res = fit_position_effect(t.probs[:, 0], t.option_orders, n_boot=0)
     np.testing.assert_allclose(res.bias, bias - bias.mean(), atol=1e-10)
-    assert res.design == "random"
+    assert res.design == "shared-random"
 
 
 def test_position_effect_refuses_fixed_design():
     t = planted_table(10, 4, orderings="fixed", n_orderings=3, rng=0)
     with pytest.raises(DesignError, match="not identifiable"):
         fit_position_effect(t.probs[:, 0], t.option_orders, n_boot=0)
+    # identical rows whose double-centred indicators are rounding noise (~1e-16, not exact zeros): numpy's
+    # matrix_rank, relative to the largest singular value, called these full rank and the fit returned biases
+    # such as [-0.17, 0.33, -0.16] for 3 options under 6 copies of the identity order
+    p = np.random.default_rng(0).dirichlet(np.ones(3), size=(4, 6))
+    for orders in (np.tile(np.arange(3), (6, 1)), np.tile([1, 2, 0], (6, 1))):
+        with pytest.raises(DesignError, match="not identifiable"):
+            fit_position_effect(p, orders, n_boot=0)
+        with pytest.raises(DesignError, match="not identifiable"):  # per item: every item its one order
+            fit_position_effect(p, np.stack([orders, orders[:, ::-1], orders, orders]), n_boot=0)
+    p5 = np.random.default_rng(1).dirichlet(np.ones(5), size=(3, 2))
+    with pytest.raises(DesignError, match="not identifiable"):
+        fit_position_effect(p5, np.tile(np.arange(5), (2, 1)), n_boot=0)
 
 
 def test_pride_prior_equals_general_fit_on_balanced_designs():

@@ -59,7 +59,7 @@ def test_attention_by_position_and_the_position_index_ci():
     assert res.by_position[0, 0] == pytest.approx([w.mean(), 0.1])
     per_item = w / (w + 0.1) - 0.5  # each item's share of position 0 among the option lines, minus 1/n
     assert res.position_index[0] == pytest.approx([per_item.mean(), 0.0])
-    assert res.top_position[0, 0] == 0
+    assert res.top_position_index[0, 0] == 0
     lo, hi = res.position_index_ci  # the CI of the same estimator holds it
     assert per_item.min() <= lo[0, 0] <= res.position_index[0, 0] <= hi[0, 0] <= per_item.max()
     assert lo[0, 1] == hi[0, 1] == 0
@@ -80,7 +80,7 @@ def test_patch_preference_drop_and_head_ranking():
     res = st.patch_summary(clean, patched, pairs, orders, site_layer=[0, 0, 0], site_kind=[0, 3, 3],
                            site_head=[-1, 0, 1], n_boot=200, rng=0)
     assert res.names == ["L0.resid", "L0.head0", "L0.head1"]
-    assert res.preferred_position == 0
+    assert res.preferred_position_index == 0
     drop = 2 * a - 1  # target's first-shown option: a before, 1 - a after a full patch from the reverse
     assert res.preference_drop == pytest.approx([0.0, drop.mean(), drop.mean() / 2])
     assert res.to_source == pytest.approx([0.0, 1.0, 0.5])

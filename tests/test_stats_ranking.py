@@ -45,10 +45,12 @@ def test_flip_rate_by_hand():
     assert res.flip_rate_ci_low <= res.flip_rate <= res.flip_rate_ci_high
 
 
-def test_tied_best_counts_as_a_half_flip_and_canonical_is_the_identity():
+def test_a_tie_is_a_top_set_and_canonical_is_the_identity():
     scores = np.array([[2.0, 2.0], [2.0, 1.0]])  # ordering 0: tie between both; ordering 1: candidate 0
     res = rank_stability(scores, ["g", "g"], n_boot=0)
-    assert res.flip_rate == pytest.approx(0.5)  # 1 - (0.5 * 1 + 0.5 * 0)
+    assert res.flip_rate == 1.0  # the top set {0, 1} became {0}: a change of the winning set
+    tied = rank_stability(np.array([[2.0, 2.0], [2.0, 2.0]]), ["g", "g"], n_boot=0)
+    assert tied.flip_rate == 0.0  # the same tie under both orderings: no change
     assert not res.defined and np.isnan(res.kendall_tau)  # ordering 0's ranking is all ties
     orders = np.array([[1, 0, 2], [2, 1, 0], [0, 1, 2]])
     scores = np.ones((2, 3)) + np.arange(3)

@@ -27,12 +27,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..errors import LogitJudgeError
 from ..items import Item
 from ..jsonl import iter_jsonl
 from ..rubric import Rubric
 
 
-class DataError(ValueError):
+class DataError(LogitJudgeError, ValueError):
     """A data file is missing or malformed, or a loader option is invalid; the message says how to fix it."""
 
 

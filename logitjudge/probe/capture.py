@@ -1,23 +1,21 @@
 """One clean run over an item's prompts that records what the lens, attention and linear probes read.
 
 The item's shared prefix (text, instructions: everything before the first token where its sequences differ) is
-run once; its KV cache (:class:`~logitjudge.forward.PrefixKV`) is then copied into a ``DynamicCache`` per row
-(``forward_copy``, which works for any causal LM) and the rows (each ordering's option lines, answer prefix and
-the label tokens before the last) run as one right-padded batch. Attention patterns need the eager attention
-(the probabilities are materialised only there); the lens alone runs on the model's own attention.
+run once and held as a :class:`~logitjudge.judge.prefix.PrefixKV`; the rows (each ordering's option lines, answer
+prefix and the label tokens before the last) then run on top of it as one right-padded batch, through the same
+backend as the scores (a backend that keeps no cache, ``plain``, runs the whole sequences instead), with the hook
+points of :mod:`logitjudge.judge.hooks` recording the residual stream and the attention pattern.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..forward import PrefixKV, forward_copy
-from .hooks import Architecture, attn_implementation, hooks
-from .lens import readout
+from ..judge.head import group_reads
+from ..judge.prefix import PrefixKV
 from .prompts import ProbePrompt, common_prefix
 
 
@@ -42,45 +40,43 @@ def _rows(prompts: list[ProbePrompt]):
 
 
 @torch.inference_mode()
-def capture_item(model, arch: Architecture, prompts: list[ProbePrompt], *, attention: bool = True,
+def capture_item(backend, prompts: list[ProbePrompt], *, attention: bool = True,
                  hidden_layers=None) -> ItemCapture:
     """Lens log-probabilities, attention masses and hidden states of one item's prompts (see the module doc)."""
-    L, n, K = arch.n_layers, len(prompts[0].order), len(prompts)
-    device = next(model.parameters()).device
+    L, n, K = backend.n_layers, len(prompts[0].order), len(prompts)
     rows = _rows(prompts)
-    lp = common_prefix([r[1] for r in rows], cap=min(pp.answer for pp in prompts))
+    lp = common_prefix([r[1] for r in rows], cap=min(pp.answer for pp in prompts)) if backend.caches else 0
     want_hidden = hidden_layers is not None and len(hidden_layers) > 0
     first_row = {}
     for r, (k, _, _) in enumerate(rows):
         first_row.setdefault(k, r)
-    with attn_implementation(model, "eager") if attention else contextlib.nullcontext():
-        pre_resid, pre = _prefix(model, arch, rows[0][1][:lp], device, keep_resid=want_hidden)
-        B, S = len(rows), max(len(r[1]) for r in rows) - lp
-        ids = torch.zeros((B, S), dtype=torch.long)
-        for r, (_, seq, _) in enumerate(rows):
-            ids[r, :len(seq) - lp] = torch.tensor(seq[lp:])
-        resid: dict[int, torch.Tensor] = {}
-        pattern: dict[int, torch.Tensor] = {}
-        ans_rows = torch.tensor([first_row[k] for k in range(K)])
-        ans_off = torch.tensor([prompts[k].answer - lp for k in range(K)])
+    pre_resid, pre = _prefix(backend, rows[0][1][:lp], keep_resid=want_hidden)
+    B, S = len(rows), max(len(r[1]) for r in rows) - lp
+    ids = torch.zeros((B, S), dtype=torch.long)
+    for r, (_, seq, _) in enumerate(rows):
+        ids[r, :len(seq) - lp] = torch.tensor(seq[lp:])
+    resid: dict[int, torch.Tensor] = {}
+    pattern: dict[int, torch.Tensor] = {}
+    ans_rows = torch.tensor([first_row[k] for k in range(K)])
+    ans_off = torch.tensor([prompts[k].answer - lp for k in range(K)])
 
-        def keep_resid(layer):
-            def fn(t):
-                resid[layer] = t  # (B, S, d)
-            return fn
+    def keep_resid(layer):
+        def fn(t):
+            resid[layer] = t  # (B, S, d)
+        return fn
 
-        def keep_pattern(layer):
-            def fn(t):
-                pattern[layer] = t[ans_rows, :, ans_off].float()  # (K, H, lp + S)
-            return fn
+    def keep_pattern(layer):
+        def fn(t):
+            pattern[layer] = t[ans_rows, :, ans_off].float()  # (K, H, lp + S)
+        return fn
 
-        fns = {f"blocks.{i}.hook_resid_post": keep_resid(i) for i in range(L)}
-        if attention:
-            fns.update({f"blocks.{i}.attn.hook_pattern": keep_pattern(i) for i in range(L)})
-        with hooks(model, fns, arch):
-            forward_copy(model, ids.to(device), pre, capture=False)
-    lens = _lens(model, arch, rows, resid, lp, K, L, n)
-    att = _masses(prompts, pattern, L, arch.n_heads) if attention else None
+    fns = {f"blocks.{i}.hook_resid_post": keep_resid(i) for i in range(L)}
+    if attention:
+        fns.update({f"blocks.{i}.attn.hook_pattern": keep_pattern(i) for i in range(L)})
+    with backend.hooks(fns):
+        backend.forward(ids.to(backend.device), [(pre, B)], lengths=[len(r[1]) - lp for r in rows])
+    lens = _lens(backend.head, rows, resid, lp, K, L, n)
+    att = _masses(prompts, pattern, L, backend.n_heads) if attention else None
     hid = None
     if want_hidden:
         hid = np.stack([_hidden_at(pp, first_row[k], hidden_layers, resid, pre_resid, lp)
@@ -88,9 +84,9 @@ def capture_item(model, arch: Architecture, prompts: list[ProbePrompt], *, atten
     return ItemCapture(lens, att, hid)
 
 
-def _prefix(model, arch, tokens, device, *, keep_resid: bool):
+def _prefix(backend, tokens, *, keep_resid: bool):
     """Run the shared prefix once: its cache, and (optionally) its residual stream per layer (lp, d)."""
-    L = arch.n_layers
+    L = backend.n_layers
     if not tokens:
         return None, PrefixKV.empty(L)
     got: dict[int, torch.Tensor] = {}
@@ -101,27 +97,25 @@ def _prefix(model, arch, tokens, device, *, keep_resid: bool):
         return fn
 
     fns = {f"blocks.{i}.hook_resid_post": keep(i) for i in range(L)} if keep_resid else {}
-    with hooks(model, fns, arch):
-        _, captured = forward_copy(model, torch.tensor([tokens], device=device), PrefixKV.empty(L), capture=True)
+    with backend.hooks(fns):
+        _, captured = backend.forward(torch.tensor([tokens], device=backend.device), [(PrefixKV.empty(L), 1)],
+                                      lengths=[len(tokens)], capture=True)
     return got, PrefixKV.empty(L).extend(captured, 0, len(tokens))
 
 
-def _lens(model, arch, rows, resid, lp, K, L, n) -> np.ndarray:
-    """Teacher-forced lens log-probabilities (K, L, n): each label token read from every layer."""
-    pos_r, pos_t, toks, keys = [], [], [], []
-    for r, (k, _, reads) in enumerate(rows):
-        for pos, tok, o in reads:
-            pos_r.append(r)
-            pos_t.append(pos - lp)
-            toks.append(tok)
-            keys.append((k, o))
-    R = len(toks)
-    h = torch.stack([resid[i][pos_r, pos_t] for i in range(L)], dim=1)  # (R, L, d)
-    tt = torch.tensor(toks).repeat_interleave(L).unsqueeze(1)  # (R*L, 1)
-    lp_all = readout(model, arch, h.reshape(R * L, -1), tt).reshape(R, L).double().cpu().numpy()
+def _lens(head, rows, resid, lp, K, L, n) -> np.ndarray:
+    """Teacher-forced lens log-probabilities (K, L, n): each label token read from every layer, one read row
+    (one full-vocabulary log-sum-exp) per position and layer, its labels as columns."""
+    points, toks, keys = group_reads(((r, pos - lp), tok, (k, o))
+                                     for r, (k, _, reads) in enumerate(rows) for pos, tok, o in reads)
+    rr, tt = [p[0] for p in points], [p[1] for p in points]
+    h = torch.stack([resid[i][rr, tt] for i in range(L)], dim=1)  # (P, L, d)
+    lp_all = head.read_lists(h.reshape(len(points) * L, -1), [t for t in toks for _ in range(L)], normed=False)
+    lp_all = lp_all.reshape(len(points), L, -1)  # (P, L, M)
     out = np.zeros((K, L, n))
-    for j, (k, o) in enumerate(keys):
-        out[k, :, o] += lp_all[j]
+    for j, ks in enumerate(keys):
+        for m, (k, o) in enumerate(ks):
+            out[k, :, o] += lp_all[j, :, m]
     return out
 
 

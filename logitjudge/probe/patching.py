@@ -7,11 +7,12 @@ target's exact option distribution is read (every label's probability, renormali
 
 Why it is cheap: a patch at the answer position changes nothing before it. So per item the shared prefix (text,
 instructions: up to the first token where the orderings differ) runs once; each ordering's option lines run once
-on top of it (that run also records the source activations at its last token); and each patch runs only the
-answer token and the label tokens before the last (one token for one-token labels) on top of the target's
-cache, all patches of a target (every source and site) as one batch, each row patched at its own site.
-``patch_item_plain`` is the reference: one full forward per source prompt and per patch, the model's own forward
-with hooks, as hook libraries do it.
+on top of it (up to the answer token: the target caches); the clean run of each ordering (the answer token and
+the label tokens before the last, on its cache) records the source activations at the answer position; and each
+patch runs only those few tokens on the target's cache, the patches of a target (every source and site) in
+batches of the token budget, each row patched at its own site. All of it goes through the scores' backend
+(``plain``, which keeps no cache, runs each row's whole sequence instead). ``patch_item_plain`` is the reference:
+one full forward per source prompt and per patch, the model's own forward with hooks, as hook libraries do it.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..forward import FORWARDS, PrefixKV
+from ..errors import ProbeError
+from ..judge.head import group_reads
+from ..judge.prefix import PrefixKV
 from ..stats.probing import SITE_KINDS, site_names
-from .hooks import Architecture, ProbeError, hooks
-from .lens import option_distribution, readout
+from .lens import option_distribution
 from .prompts import ProbePrompt, common_prefix
 
 KINDS = SITE_KINDS
 POINTS = {0: "hook_resid_post", 1: "hook_attn_out", 2: "hook_mlp_out", 3: "attn.hook_z"}
 PAIRS = ("reverse", "canonical", "all")
-COPY_TOKENS = 1 << 14  # "copy" mode copies the target's prefix per row: rows x prefix length stays under this
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,10 @@ def make_pairs(option_orders, kind: str = "reverse") -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
-def _slice(arch: Architecture, kind: int, head: int) -> slice:
+def _slice(head_dim: int, kind: int, head: int) -> slice:
     if kind != 3:
         return slice(None)
-    return slice(head * arch.head_dim, (head + 1) * arch.head_dim)
+    return slice(head * head_dim, (head + 1) * head_dim)
 
 
 def _label_rows(pp: ProbePrompt):
@@ -100,12 +101,16 @@ def _label_rows(pp: ProbePrompt):
     return [(list(pre), [(t, c[t], o) for o, c in opts for t in range(len(c))]) for pre, opts in by.items()]
 
 
-def _patch_fns(arch: Architecture, sites: Sites, plan: list, pos) -> dict:
+def _point(sites: Sites, s: int) -> str:
+    return f"blocks.{int(sites.layer[s])}.{POINTS[int(sites.kind[s])]}"
+
+
+def _patch_fns(head_dim: int, sites: Sites, plan: list, pos) -> dict:
     """Hooks that write ``plan`` = [(row, site index, vector)] at row's position ``pos[row]``."""
     by_point: dict[str, list] = {}
     for row, s, vec in plan:
-        name = f"blocks.{int(sites.layer[s])}.{POINTS[int(sites.kind[s])]}"
-        by_point.setdefault(name, []).append((row, _slice(arch, int(sites.kind[s]), int(sites.head[s])), vec))
+        by_point.setdefault(_point(sites, s), []).append(
+            (row, _slice(head_dim, int(sites.kind[s]), int(sites.head[s])), vec))
 
     def make(items):
         def fn(t):
@@ -126,98 +131,111 @@ def _record_fns(layers: int, rows, pos, store: dict) -> dict:
     return {f"blocks.{i}.{p}": make(f"blocks.{i}.{p}") for i in range(layers) for p in POINTS.values()}
 
 
-def _site_vector(store: dict, sites: Sites, arch: Architecture, s: int, j: int) -> torch.Tensor:
-    name = f"blocks.{int(sites.layer[s])}.{POINTS[int(sites.kind[s])]}"
-    return store[name][j, _slice(arch, int(sites.kind[s]), int(sites.head[s]))]
+def _site_vector(store: dict, sites: Sites, head_dim: int, s: int, j: int) -> torch.Tensor:
+    return store[_point(sites, s)][j, _slice(head_dim, int(sites.kind[s]), int(sites.head[s]))]
 
 
 @torch.inference_mode()
-def patch_item(model, arch: Architecture, prompts: list[ProbePrompt], pairs, sites: Sites, *,
-               mode: str = "shared", max_rows: int = 256) -> tuple[np.ndarray, np.ndarray]:
+def patch_item(backend, prompts: list[ProbePrompt], pairs, sites: Sites, *,
+               token_budget: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Clean (K, n) and patched (P, S, n) option distributions of one item (see the module doc).
 
-    ``mode``: the forward that continues a cache, "shared" (prefix held once; needs
-    ``forward.install_shared_attention(model)``) or "copy" (any causal LM; the prefix is copied per row, so a
-    batch holds at most ``COPY_TOKENS`` copied prefix tokens). ``max_rows``: patch rows per forward call."""
-    forward = FORWARDS[mode]
-    device = next(model.parameters()).device
-    L, K = arch.n_layers, len(prompts)
-    lp = common_prefix([pp.ids for pp in prompts], cap=min(pp.answer for pp in prompts))
+    ``backend``: the scores' :class:`~logitjudge.judge.backends.base.Backend`. ``token_budget``: rows x tokens of
+    one patch batch (a backend that copies the prefix per row counts the prefix in every row)."""
+    L, K, n = backend.n_layers, len(prompts), len(prompts[0].order)
+    device = backend.device
+    lp = common_prefix([pp.ids for pp in prompts], cap=min(pp.answer for pp in prompts)) if backend.caches else 0
     root = PrefixKV.empty(L)
     if lp:
-        _, cap = forward(model, torch.tensor([list(prompts[0].ids[:lp])], device=device), root, capture=True)
+        _, cap = backend.forward(torch.tensor([list(prompts[0].ids[:lp])], device=device), [(root, 1)],
+                                 lengths=[lp], capture=True)
         root = root.extend(cap, 0, lp)
-    # each ordering's option lines + answer token on the shared prefix; records the source activations
-    S = max(len(pp.ids) for pp in prompts) - lp
-    ids = torch.zeros((K, S), dtype=torch.long)
+    # each ordering's option lines up to the answer token, on the shared prefix: the target caches; a backend
+    # without a cache runs each row's whole context instead (``tails``)
+    ctx = [list(pp.ids[lp:pp.answer]) for pp in prompts]
+    targets, tails = [root] * K, [[] for _ in range(K)]
+    if not backend.caches:
+        tails = ctx
+    elif max(len(c) for c in ctx):
+        ids = torch.zeros((K, max(len(c) for c in ctx)), dtype=torch.long)
+        for k, c in enumerate(ctx):
+            ids[k, :len(c)] = torch.tensor(c, dtype=torch.long)
+        _, cap = backend.forward(ids.to(device), [(root, K)], lengths=[len(c) for c in ctx], capture=True)
+        targets = [root.extend(cap, k, len(c)) for k, c in enumerate(ctx)]
+    # the clean run of each ordering, recording every hook point at its answer position (the sources)
+    clean = np.zeros((K, n))
+    src = []
     for k, pp in enumerate(prompts):
-        ids[k, :len(pp.ids) - lp] = torch.tensor(pp.ids[lp:])
-    last = [pp.answer - lp for pp in prompts]
-    src: dict = {}
-    with hooks(model, _record_fns(L, list(range(K)), last, src), arch):
-        _, cap = forward(model, ids.to(device), root, capture=True)
-    targets = [root.extend(cap, k, last[k]) if last[k] else root for k in range(K)]
-    clean = np.zeros((K, len(prompts[0].order)))
-    patched = np.zeros((len(pairs), len(sites), len(prompts[0].order)))
+        store: dict = {}
+        clean[k] = _run_target(backend, pp, targets[k], tails[k], [(None, None)], pairs, sites, src, store)[0]
+        src.append(store)
+    patched = np.zeros((len(pairs), len(sites), n))
     for b in range(K):
-        if mode == "copy":
-            max_rows = max(1, min(max_rows, COPY_TOKENS // max(1, targets[b].length)))
-        jobs = [(None, None)] + [(p, s) for p in np.flatnonzero(pairs[:, 1] == b) for s in range(len(sites))]
-        for start in range(0, len(jobs), max_rows):
-            dists = _run_target(model, arch, forward, prompts[b], targets[b], jobs[start:start + max_rows],
-                                pairs, sites, src, device)
-            for (p, s), d in zip(jobs[start:start + max_rows], dists):
-                if p is None:
-                    clean[b] = d
-                else:
-                    patched[p, s] = d
+        jobs = [(p, s) for p in np.flatnonzero(pairs[:, 1] == b) for s in range(len(sites))]
+        width = len(tails[b]) + 1 + max(len(pre) for pre, _ in _label_rows(prompts[b]))
+        cost = width + (targets[b].length if backend.copies_prefix else 0)
+        rows = max(1, token_budget // (cost * len(_label_rows(prompts[b]))))  # jobs per batch
+        for start in range(0, len(jobs), rows):
+            chunk = jobs[start:start + rows]
+            dists = _run_target(backend, prompts[b], targets[b], tails[b], chunk, pairs, sites, src)
+            for (p, s), d in zip(chunk, dists):
+                patched[p, s] = d
     return clean, patched
 
 
-def _run_target(model, arch, forward, pp: ProbePrompt, prefix: PrefixKV, jobs, pairs, sites, src, device):
-    """One batch: rows = jobs x distinct label prefixes, each patched at its own site; option distributions."""
+def _run_target(backend, pp: ProbePrompt, prefix: PrefixKV, tail: list, jobs, pairs, sites, src, record=None):
+    """One batch on a target's cache: rows = jobs x distinct label prefixes, each row ``tail`` (context the
+    cache does not hold) + the answer token + a label prefix, patched at its own site at the answer token
+    (``record``: keep every hook point there instead, from the first row); option distributions per job."""
     labels = _label_rows(pp)
-    width = 1 + max(len(pre) for pre, _ in labels)
+    a = len(tail)  # the answer token's offset in every row
     rows = [(j, pre, reads) for j in range(len(jobs)) for pre, reads in labels]
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    plan, sel_r, sel_t, toks, keys = [], [], [], [], []
-    for r, (j, pre, reads) in enumerate(rows):
-        ids[r, :1 + len(pre)] = torch.tensor([pp.ids[-1], *pre])
+    ids = torch.zeros((len(rows), a + 1 + max(len(pre) for pre, _ in labels)), dtype=torch.long)
+    plan, reads = [], []
+    for r, (j, pre, rd) in enumerate(rows):
+        seq = [*tail, pp.ids[pp.answer], *pre]
+        ids[r, :len(seq)] = torch.tensor(seq, dtype=torch.long)
         p, s = jobs[j]
         if p is not None:
-            plan.append((r, s, _site_vector(src, sites, arch, s, int(pairs[p, 0]))))
-        for t, tok, o in reads:
-            sel_r.append(r)
-            sel_t.append(t)
-            toks.append(tok)
-            keys.append((j, o))
-    with hooks(model, _patch_fns(arch, sites, plan, [0] * len(rows)), arch):
-        hidden, _ = forward(model, ids.to(device), prefix, capture=False,
-                            select=(torch.tensor(sel_r, device=device), torch.tensor(sel_t, device=device)))
-    lps = readout(model, arch, hidden, torch.tensor(toks).unsqueeze(1), normed=True)[:, 0].double().cpu().numpy()
+            plan.append((r, s, _site_vector(src[int(pairs[p, 0])], sites, backend.head_dim, s, 0)))
+        reads += [((r, a + t), tok, (j, o)) for t, tok, o in rd]
+    points, toks, keys = group_reads(reads)  # one read row per position, its labels as columns
+    fns = _patch_fns(backend.head_dim, sites, plan, [a] * len(rows))
+    if record is not None:
+        fns.update(_record_fns(backend.n_layers, [0], [a], record))
+    device = backend.device
+    read = (torch.tensor([p[0] for p in points], device=device), torch.tensor([p[1] for p in points], device=device))
+    with backend.hooks(fns):
+        hidden, _ = backend.forward(ids.to(device), [(prefix, len(rows))],
+                                    lengths=[a + 1 + len(pre) for _, pre, _ in rows], read=read)
+    lps = backend.head.read_lists(hidden, toks)  # (points, labels read there)
     out = np.zeros((len(jobs), len(pp.order)))
-    for (j, o), v in zip(keys, lps):
-        out[j, o] += v
+    for i, ks in enumerate(keys):
+        for m, (j, o) in enumerate(ks):
+            out[j, o] += lps[i, m]
     return option_distribution(out)
 
 
 @torch.inference_mode()
-def patch_item_plain(model, arch: Architecture, prompts: list[ProbePrompt], pairs, sites: Sites, *,
+def patch_item_plain(model, prompts: list[ProbePrompt], pairs, sites: Sites, *,
                      logits: str = "all") -> tuple[np.ndarray, np.ndarray]:
-    """Reference: one full forward per source prompt and per (pair, site, label prefix), no cache.
+    """Reference: one full forward per source prompt and per (pair, site, label prefix), no cache, the model's
+    own forward with the hook points on its modules (the ``plain`` backend's).
 
     ``logits="all"`` computes the vocabulary logits at every position, as a hook library's forward does;
     ``"read"`` only at the positions read (``logits_to_keep``), the cheaper way a careful user would call it.
     The numbers are the same either way."""
+    from ..judge.backends import PlainBackend
+
     if logits not in ("all", "read"):
-        raise ValueError(f"logits={logits!r}: use 'all' or 'read'")
-    device = next(model.parameters()).device
-    L = arch.n_layers
+        raise ProbeError(f"logits={logits!r}: use 'all' or 'read'")
+    hooked = PlainBackend(model)
+    device, L, head_dim = hooked.device, hooked.n_layers, hooked.head_dim
     src: dict = {}
     acts = []
     for pp in prompts:
         keep = {"logits_to_keep": 1} if logits == "read" else {}
-        with hooks(model, _record_fns(L, [0], [pp.answer], src), arch):
+        with hooked.hooks(_record_fns(L, [0], [pp.answer], src)):
             model(input_ids=torch.tensor([list(pp.ids)], device=device), **keep)
         acts.append(dict(src))
 
@@ -228,7 +246,7 @@ def patch_item_plain(model, arch: Architecture, prompts: list[ProbePrompt], pair
             ids = list(pp.ids) + pre
             first = pp.answer if logits == "read" else 0  # the first position whose logits are kept
             keep = {"logits_to_keep": len(ids) - first} if logits == "read" else {}
-            with hooks(model, _patch_fns(arch, sites, plan, [pp.answer]), arch):
+            with hooked.hooks(_patch_fns(head_dim, sites, plan, [pp.answer])):
                 out_logits = model(input_ids=torch.tensor([ids], device=device), **keep).logits[0]  # (T', V)
             logp = torch.log_softmax(out_logits.float(), dim=-1)
             for t, tok, o in reads:
@@ -239,5 +257,5 @@ def patch_item_plain(model, arch: Architecture, prompts: list[ProbePrompt], pair
     patched = np.zeros((len(pairs), len(sites), len(prompts[0].order)))
     for p, (a, b) in enumerate(pairs):
         for s in range(len(sites)):
-            patched[p, s] = run(prompts[b], (s, _site_vector(acts[a], sites, arch, s, 0)))
+            patched[p, s] = run(prompts[b], (s, _site_vector(acts[a], sites, head_dim, s, 0)))
     return clean, patched

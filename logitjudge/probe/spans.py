@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .hooks import ProbeError
+from ..errors import ProbeError
 
 
 def category_names(n: int) -> list[str]:

@@ -1,7 +1,9 @@
-"""ProbeTable: everything a probe run measured, one ``.npz``; and the per-item checkpoint that makes it resumable.
+"""ProbeTable: everything a probe run measured, one ``.npz`` (made resumable by the run's checkpoint, like a
+ScoreTable: :class:`logitjudge.run.ProbeRun`).
 
 Arrays (I items, K orderings, n options, L layers, H heads, C = 2n + 3 span categories, P pairs, S sites):
 
+* ``option_orders[K, n]`` shared by every item, or ``[I, K, n]`` per item (``random:K``);
 * ``probs[I, K, n]``: the model's exact option distribution (canonical option order);
 * ``lens_logprobs[I, K, L, n]``: per layer, the lens log-probability of each label (see :mod:`.lens`);
 * ``attention[I, K, L, H, C]``: attention mass of the answer query on each span category (:mod:`.spans`);
@@ -10,24 +12,21 @@ Arrays (I items, K orderings, n options, L layers, H heads, C = 2n + 3 span cate
 * ``pairs[P, 2]`` (source, target ordering), ``site_layer/site_kind/site_head[S]``, ``clean[I, K, n]`` and
   ``patched[I, P, S, n]``: option distributions of each target with the site patched from the source.
 
-Probes not run are stored as empty arrays. Finished items are written one file each (atomically) into
-``<out>.partial/``; a run started again with the same ``out`` and settings skips them.
+Probes not run are stored as empty arrays.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
-from .hooks import ProbeError
+from ..table import TableError
 from .lens import option_distribution
 
-ITEM_FIELDS = ("probs", "lens_logprobs", "attention", "hidden", "clean", "patched")
+ITEM_FIELDS = ("probs", "lens_logprobs", "attention", "hidden", "clean", "patched")  # one row per item
 
 
 @dataclass
@@ -71,44 +70,14 @@ class ProbeTable:
 
     @classmethod
     def load(cls, path) -> ProbeTable:
-        with np.load(path, allow_pickle=False) as z:
-            kw = {f.name: z[f.name] for f in fields(cls) if f.name in z.files}
-        kw["item_ids"] = kw["item_ids"].tolist()
-        kw["labels"] = kw["labels"].tolist()
-        kw["criterion"] = str(kw["criterion"])
-        kw["meta"] = json.loads(str(kw["meta"]))
-        return cls(**kw)
-
-
-class ProbeCheckpoint:
-    """One ``.npz`` per finished item in ``<out>.partial/``, under the run's fingerprint."""
-
-    def __init__(self, out, fingerprint: str):
-        self.dir = None if out is None else Path(f"{out}.partial")
-        self.fingerprint = fingerprint
-        self.done: dict[str, dict] = {}
-        if self.dir is None:
-            return
-        stamp = self.dir / "fingerprint"
-        if self.dir.exists():
-            if not stamp.exists() or stamp.read_text().strip() != fingerprint:
-                raise ProbeError(f"{self.dir} holds a probe run with other settings (model, rubric, orderings, "
-                                 "probes or texts); delete it or choose another --out")
-            for f in sorted(self.dir.glob("item-*.npz")):
-                with np.load(f, allow_pickle=False) as z:
-                    self.done[str(z["item_id"])] = {k: z[k] for k in ITEM_FIELDS if k in z.files}
-        else:
-            self.dir.mkdir(parents=True)
-            stamp.write_text(fingerprint)
-
-    def add(self, index: int, item_id: str, arrays: dict) -> None:
-        self.done[item_id] = arrays
-        if self.dir is None:
-            return
-        tmp = self.dir / f"item-{index:07d}.tmp.npz"
-        np.savez(tmp, item_id=np.array(item_id), **arrays)
-        os.replace(tmp, self.dir / f"item-{index:07d}.npz")  # a killed write never leaves a half item
-
-    def finish(self) -> None:
-        if self.dir is not None and self.dir.exists():
-            shutil.rmtree(self.dir)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                kw = {f.name: z[f.name] for f in fields(cls) if f.name in z.files}
+            kw["item_ids"] = kw["item_ids"].tolist()
+            kw["labels"] = kw["labels"].tolist()
+            kw["criterion"] = str(kw["criterion"])
+            kw["meta"] = json.loads(str(kw["meta"]))
+            return cls(**kw)
+        except Exception as e:  # noqa: BLE001 - a damaged or foreign archive fails in zipfile, numpy or json
+            raise TableError(f"{path} is not a readable probe table ({type(e).__name__}: {str(e)[:120]}); "
+                             "probe again with --out pointing to it") from None

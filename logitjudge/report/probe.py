@@ -4,7 +4,9 @@ ScoreTable's, go through the pure estimators of :mod:`logitjudge.stats.probing` 
 
 Figures: layer x position heatmap of the lens's position effect (with the χ² per layer), layer x head heatmaps
 of attention by position and by chosen content, patching curves (residual / attention / MLP by layer, heads as a
-heatmap), and linear-probe accuracy by layer against the majority baseline.
+heatmap), and linear-probe accuracy by layer against the majority baseline. Positions are numbered 1..n as the
+prompt lists the options; layers and heads as transformers names them (``model.layers.0`` is the first layer,
+heads from 0), said once on the page (:data:`NUMBERING`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,17 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def heatmap(ax, m, title, xlabel, ylabel, cmap="RdBu_r", center=True, fig=None):
-    """``m[layer, x]`` on ``ax`` with layers upwards and a colour bar (centred on 0 when ``center``)."""
+NUMBERING = ("Positions are numbered 1..n as the prompt lists the options; layers and heads as transformers "
+             "names them (model.layers.0 is the first layer, heads count from 0).")
+
+
+def heatmap(ax, m, title, xlabel, ylabel, cmap="RdBu_r", center=True, fig=None, x0: int = 0):
+    """``m[layer, x]`` on ``ax`` with layers upwards and a colour bar (centred on 0 when ``center``); the columns
+    sit at x = ``x0``, ``x0`` + 1, ... (1 for positions, as a person counts them; 0 for heads)."""
     v = np.nanmax(np.abs(m)) if center else None
+    extent = (x0 - 0.5, x0 + m.shape[1] - 0.5, -0.5, m.shape[0] - 0.5)
     im = ax.imshow(m, aspect="auto", origin="lower", cmap=cmap, vmin=-v if center else None,
-                   vmax=v if center else None, interpolation="nearest")
+                   vmax=v if center else None, interpolation="nearest", extent=extent)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -50,7 +58,7 @@ def plot_lens(res, path: Path) -> Path:
     fig = Figure(figsize=(9, 4))
     a, b = fig.subplots(1, 2)
     heatmap(a, res.log_odds, "lens position effect (log-odds gained at each position)", "position", "layer",
-          fig=fig)
+            fig=fig, x0=1)
     L = len(res.pvalue)
     b.plot(np.arange(L), -np.log10(np.maximum(res.pvalue_holm, 1e-300)), "o-", color="#d62728")
     b.axhline(-np.log10(res.alpha), ls="--", color="gray", label=f"alpha = {res.alpha}")
@@ -65,10 +73,10 @@ def plot_lens(res, path: Path) -> Path:
 def plot_attention(att, path: Path) -> Path:
     fig = Figure(figsize=(9, 4))
     a, b = fig.subplots(1, 2)
-    heatmap(a, att.position_index, "attention to a position: top share − 1/n", "head", "layer", cmap="Reds",
-          center=False, fig=fig)
-    for (ly, h), p in np.ndenumerate(att.top_position):
-        a.text(h, ly, str(p), ha="center", va="center", fontsize=6)
+    heatmap(a, att.position_index, "attention to a position: top share − 1/n (digit: the position)", "head",
+            "layer", cmap="Reds", center=False, fig=fig)
+    for (ly, h), p in np.ndenumerate(att.top_position_index):
+        a.text(h, ly, str(p + 1), ha="center", va="center", fontsize=6)
     heatmap(b, att.follows_choice, "attention to the chosen option's line − others", "head", "layer", fig=fig)
     return _save(fig, path)
 
@@ -138,18 +146,19 @@ def probe_results(table, *, n_boot: int = 1000, rng=None) -> dict:
 def _headlines(res: dict, table) -> list[str]:
     lines = []
     pp = res["position_preference"]
-    lines.append("Mean probability of each position (model output): " + ", ".join(f"{x:.3f}" for x in pp))
+    lines.append("Mean probability of each position 1..n (model output): " + ", ".join(f"{x:.3f}" for x in pp))
     if "lens" in res:
         r = res["lens"]
         where = "does not appear (last layer not significant)" if r.emerges_at is None else \
             f"appears at layer {r.emerges_at} (from there on the χ² on lens choices rejects uniform after Holm's " \
             f"correction, alpha {r.alpha}, and the layer carries >= {r.fraction:.0%} of the output's position effect)"
-        lines.append(f"Logit lens: the position preference {where}; last layer Cramér's V {r.cramers_v[-1]:.3f}.")
+        lines.append(f"Logit lens: the position preference {where}; last layer p = {r.pvalue[-1]:.3g} (χ² with items "
+                     f"as clusters), Cramér's V {r.cramers_v[-1]:.3f} (bias-corrected).")
     if "attention" in res:
         a = res["attention"]
         top = np.dstack(np.unravel_index(np.argsort(-a.position_index, axis=None)[:5], a.position_index.shape))[0]
-        lines.append("Heads most concentrated on one position (layer.head → position, top share − 1/n): " +
-                     ", ".join(f"{ly}.{h} → {a.top_position[ly, h]} ({a.position_index[ly, h]:.2f})"
+        lines.append("Heads most concentrated on one position (layer L, head h → position, top share − 1/n): " +
+                     ", ".join(f"L{ly}.h{h} → {a.top_position_index[ly, h] + 1} ({a.position_index[ly, h]:.2f})"
                                for ly, h in top))
     if "patch" in res:
         p = res["patch"]
@@ -180,10 +189,11 @@ def write_probe_report(table, folder, *, n_boot: int = 1000, rng=None) -> Path:
     heads = _headlines(res, table)
     title = f"Probing {table.meta.get('model_id', '?')} on {len(table.item_ids)} items x " \
             f"{len(table.option_orders)} orderings ({table.criterion})"
-    md = [f"# {title}", ""] + [f"- {x}" for x in heads] + [""]
+    md = [f"# {title}", "", NUMBERING, ""] + [f"- {x}" for x in heads] + [""]
     md += [f"![{k}]({p.name})" for k, p in figs.items()]
     (out / "probe.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    body = [f"<h1>{html.escape(title)}</h1><ul>"] + [f"<li>{html.escape(x)}</li>" for x in heads] + ["</ul>"]
+    body = [f"<h1>{html.escape(title)}</h1><p>{html.escape(NUMBERING)}</p><ul>"]
+    body += [f"<li>{html.escape(x)}</li>" for x in heads] + ["</ul>"]
     for k, p in figs.items():
         data = base64.b64encode(p.read_bytes()).decode()
         body.append(f'<h2>{html.escape(k)}</h2><img alt="{k}" src="data:image/png;base64,{data}">')

@@ -123,11 +123,42 @@ class Context:
 
     def strategy_scores(self, c: int) -> dict[str, np.ndarray]:
         """Per-item scores of criterion ``c``: 'fixed' (the canonical prompt; absent when per-item orders have no
-        common canonical row, see :meth:`strategy_notes`), 'random' (the exact expectation over uniformly drawn
-        orders of the item's rows, :func:`~logitjudge.stats.random_item_scores`: the study's RANDOM, whatever
-        K, for a per-item mean) and 'balanced' (the mean over the 2n balanced rotations, when the table holds
-        them: balanced, all n! orders, balanced+random)."""
+        common canonical row, see :meth:`strategy_notes`), 'random' (the exact expectation of an item's mean
+        score over orders drawn uniformly from its RANDOM pool, :meth:`random_pool`; the same for every K,
+        :func:`~logitjudge.stats.random_item_scores`) and 'balanced' (the mean over the 2n balanced rotations,
+        when the table holds them: balanced, all n! orders, balanced+random)."""
         return self._cached(("strategy", c), lambda: self._strategies(c))
+
+    def random_pool(self) -> tuple[np.ndarray, str]:
+        """``(rows, pool)``: the rows RANDOM draws from and what they are (:func:`~logitjudge.stats.random_rows`)."""
+        return self._cached("random_pool", lambda: st.random_rows(self.table.option_orders))
+
+    def budget_k(self) -> int:
+        """The budget K at which RANDOM is compared with BALANCED: the number of BALANCED's rows (the 2n rotations,
+        also when they sit inside all n! orders; every row of a balanced table) when the table holds them, else the
+        rows of RANDOM's pool (the K the table was scored with)."""
+        bal = st.balanced_rows(self.table.option_orders)  # the 2n rotations, also inside all n! orders
+        return len(bal) if bal is not None else len(self.random_pool()[0])
+
+    def random_correlation(self, c: int, method: str, *, grouped: bool = False) -> st.ExpectationResult:
+        """RANDOM's expected correlation with criterion ``c``'s human scores at K=1 (each item scored by one
+        prompt under an order drawn from its RANDOM pool), item level or (``grouped``) the mean within-group
+        correlation: exact where the draws have at most 1e6 joint outcomes, else Monte-Carlo with its SE.
+        Cached, with a generator of its own, so that every section prints the same estimate."""
+        return self._cached(("random_k1", c, method, grouped), lambda: self._random_correlation(c, method, grouped))
+
+    def _random_correlation(self, c: int, method: str, grouped: bool) -> st.ExpectationResult:
+        hs = self.human_scores(c)
+        idx, y, groups = hs.index, hs.scores, None
+        if grouped:
+            keep = self.groups[idx] != ""
+            idx, y, groups = idx[keep], y[keep], self.groups[idx][keep]
+        rows, _ = self.random_pool()
+        t = self.table
+        stat = st.CorrelationStatistic(y, method=method, groups=groups)
+        return st.random_expectation(t.probs[idx, c][:, rows], t.values[c], stat, k=1, reading=self.reading,
+                                     option_orders=t.option_orders[..., rows, :],
+                                     rng=self.generator("random-k1", self.criteria[c], method, str(grouped)))
 
     def balanced_part(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``(rows, orders)`` of the table's balanced design, or None: every row where the design is balanced
@@ -160,8 +191,9 @@ class Context:
         if st.balanced_rows(o) is None:
             notes.append("no BALANCED scores: the table holds no balanced rotations (score with balanced, all or "
                          "balanced+random:R)")
-        notes.append(f"RANDOM is the exact expectation over orders drawn uniformly from the table's "
-                     f"{st.pool_kind(o)}")
+        notes.append(f"RANDOM draws orders uniformly from the table's {self.random_pool()[1]}: an item's expected "
+                     "score is exact (closed form, the same for every K); a correlation is exact where the draws' "
+                     "joint outcomes can be enumerated (at most 1e6), else a Monte-Carlo estimate ± its SE")
         return tuple(notes)
 
     def _strategies(self, c: int) -> dict[str, np.ndarray]:
@@ -172,7 +204,7 @@ class Context:
             out["fixed"] = scores[:, st.canonical_index(t.option_orders)]
         except DesignError:
             pass  # said in strategy_notes
-        out["random"] = st.random_item_scores(t.probs[:, c], t.values[c], reading=r)
+        out["random"] = st.random_item_scores(t.probs[:, c][:, self.random_pool()[0]], t.values[c], reading=r)
         rows = st.balanced_rows(t.option_orders)
         if rows is not None:
             out["balanced"] = scores[:, rows].mean(axis=1)

@@ -34,6 +34,21 @@ def pval(x) -> str:
     return "—" if x is None else f"{x:.3g}"
 
 
+def expectation(value, se, exact, nd: int = 3) -> str:
+    """A RANDOM expectation as every table prints it: 'value (exact)' or 'value ± se (MC)'."""
+    return f"{fmt(value, nd)} (exact)" if exact else f"{fmt(value, nd)} ± {fmt(se, nd)} (MC SE)"
+
+
+def count(x) -> str:
+    """A count as a person reads it: an integer where it is whole (ties split make halves)."""
+    return "—" if x is None else (str(int(round(x))) if abs(x - round(x)) < 1e-9 else f"{x:.2f}")
+
+
+def plural(n: int, word: str) -> str:
+    """'1 group', '2 groups'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def ci(d: dict, key: str, lo: str, hi: str, nd: int = 3) -> str:
     """``value [low, high]`` from a result dict, or why it is undefined."""
     if d.get("defined") is False:

@@ -10,7 +10,8 @@ import numpy as np
 
 COLORS = {"fixed": "#8c8c8c", "random": "#1f77b4", "balanced": "#d62728", "all_orderings": "#2ca02c",
           "pride": "#9467bd"}
-STRATEGY_LABELS = {"fixed": "FIXED (canonical order, 1 prompt)", "random": "RANDOM (1 random order)",
+STRATEGY_LABELS = {"fixed": "FIXED (canonical order, 1 prompt)",
+                   "random": "RANDOM (1 random order: expectation over orders)",
                    "balanced": "BALANCED (mean over the balanced orders)",
                    "all_orderings": "mean over all orderings", "pride": "PriDe (held-out items)"}
 
@@ -37,7 +38,10 @@ def figure(width: float, height: float):
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def grid(n: int, ncols: int = 3, panel=(4.2, 3.2)):
+DPI = 150  # with the panel sizes below: a single panel is 840 x 630 px, labels at 10 pt stay legible
+
+
+def grid(n: int, ncols: int = 2, panel=(5.6, 4.2)):
     """A figure with ``n`` panels, ``ncols`` a row."""
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
@@ -48,5 +52,5 @@ def grid(n: int, ncols: int = 3, panel=(4.2, 3.2)):
 def save(fig, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=100, metadata={"Software": None})
+    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
     return path

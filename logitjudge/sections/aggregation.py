@@ -17,7 +17,7 @@ class Aggregation(Section):
                "orders) and the mean absolute change of an item's score between FIXED and the debiased reference "
                "(BALANCED, or RANDOM's expectation without balanced rows). Scores use the {reading}.")
     NOTE = ("Scores use the {reading}. RANDOM is the exact expectation of an item's score over orders drawn "
-            "uniformly from its rows (no draw: no Monte-Carlo error).")
+            "uniformly from its RANDOM pool (closed form, the same for every K: no Monte-Carlo error).")
 
     def compute(self, ctx: Context, c: int | None = None) -> dict:
         scores = ctx.strategy_scores(c)
@@ -32,7 +32,9 @@ class Aggregation(Section):
                 + [f"{fmt(a['mean_abs_shift_fixed_vs_debiased'])} (vs {a['reference']})"]
                 for name, a in res.items()]
         notes = list(dict.fromkeys(n for a in res.values() for n in a.get("notes") or []))
-        return md_table(["criterion"] + [f"mean {s}" for s in strategies] + ["mean shift FIXED vs debiased"], rows) \
+        names = {"random": "mean random (exact)"}  # an item's RANDOM score is a closed form, for every K
+        return md_table(["criterion"] + [names.get(s, f"mean {s}") for s in strategies]
+                        + ["mean shift FIXED vs debiased"], rows) \
             + [""] + [f"- {n}" for n in notes]
 
     def summary(self, analysis: dict) -> list[str]:

@@ -9,7 +9,7 @@ from .. import stats as st
 from ..stats._result import StatsError
 from . import _plot
 from ._base import Context, Section
-from ._format import ci, fmt, md_table
+from ._format import ci, expectation, fmt, md_table
 
 PRIDE_MIN_ITEMS = 10  # PriDe estimates its prior on 20% of the human-scored items and debiases the rest
 
@@ -19,22 +19,18 @@ def correlations(x, y, ctx: Context) -> dict:
     return {m: st.correlation(x, y, method=m, n_boot=ctx.n_boot, rng=ctx.rng) for m in st.alignment.METHODS}
 
 
-def random_correlation(ctx: Context, c: int, idx, y, method: str, groups=None) -> dict:
-    """The study's RANDOM: the expected correlation with humans when every item is scored by one prompt under an
-    order drawn uniformly from its rows (``random_expectation``, K=1; Monte-Carlo with its standard error)."""
-    t = ctx.table
-    stat = st.CorrelationStatistic(y, method=method, groups=groups)
-    e = st.random_expectation(t.probs[idx, c], t.values[c], stat, k=1, reading=ctx.reading, rng=ctx.rng)
+def random_cell(e: st.ExpectationResult, method: str) -> dict:
+    """RANDOM's K=1 expected correlation as the tables read it: the value, exact or ± its SE."""
     return {"statistic": e.value, "se": e.se, "exact": e.exact, "n_draws": e.n_draws, "pool": e.pool,
-            "method": method, "note": e.note}
+            "method": method, "k": e.k, "note": e.note}
 
 
 def cell(d: dict | None) -> str:
-    """A correlation cell: value [CI] from a bootstrap, or value ± SE for a RANDOM expectation."""
+    """A correlation cell: value [CI] from a bootstrap, or a RANDOM expectation: value (exact) / value ± SE."""
     if not d:
         return "—"
     if "se" in d:
-        return f"{fmt(d['statistic'])} (exact)" if d.get("exact") else f"{fmt(d['statistic'])} ± {fmt(d['se'])} SE"
+        return expectation(d["statistic"], d["se"], d.get("exact"))
     return ci(d, "statistic", "ci_low", "ci_high")
 
 
@@ -52,16 +48,18 @@ class Alignment(Section):
         out = {"n_items": len(idx), "n_missing": hs.n_missing, "item": {}, "grouped": {}, "system": {},
                "compare": {}}
         out["notes"] = list(ctx.strategy_notes())
+        out["k"] = {"fixed": 1, "random": 1, "balanced": ctx.budget_k()}
         for name, x in scores.items():
             if name == "random":
-                out["item"][name] = {m: random_correlation(ctx, c, idx, y, m) for m in st.alignment.METHODS}
+                out["item"][name] = {m: random_cell(ctx.random_correlation(c, m), m) for m in st.alignment.METHODS}
             else:
                 out["item"][name] = correlations(x[idx], y, ctx)
             if ctx.groups is not None:
                 g = ctx.groups[idx]
                 keep = g != ""
                 if name == "random":
-                    out["grouped"][name] = random_correlation(ctx, c, idx[keep], y[keep], ctx.method, g[keep])
+                    out["grouped"][name] = random_cell(ctx.random_correlation(c, ctx.method, grouped=True),
+                                                       ctx.method)
                 else:
                     out["grouped"][name] = st.grouped_correlation(x[idx][keep], y[keep], g[keep],
                                                                   n_boot=ctx.n_boot, **kw)
@@ -90,12 +88,14 @@ class Alignment(Section):
     def tables(self, res: dict, analysis: dict) -> list[str]:
         lines = []
         for name, al in res.items():
-            rows = [[strat + (" (expectation, K=1)" if strat == "random" else "")]
+            ks = al.get("k") or {}
+            rows = [[strat.upper() + (f" (K={ks[strat]}" + (", expectation)" if strat == "random" else ")")
+                                      if strat in ks else "")]
                     + [cell(cors[m]) for m in cors] + [cell(al["grouped"].get(strat))]
                     for strat, cors in al["item"].items()]
             if al.get("pride"):
                 pc = al["pride"]["correlation"]
-                rows.append(["pride (held-out items)"] + [ci(pc[m], "statistic", "ci_low", "ci_high") for m in pc]
+                rows.append(["PriDe (K=1, held-out items)"] + [ci(pc[m], "statistic", "ci_low", "ci_high") for m in pc]
                             + ["—"])
             lines += [f"### {name} ({al['n_items']} items)", ""]
             lines += md_table(["strategy", "pearson", "spearman", "kendall", "per-group mean"], rows)
@@ -103,14 +103,23 @@ class Alignment(Section):
                 lines += ["", f"{key}: Δr = {ci(cmp, 'statistic', 'ci_low', 'ci_high')}, "
                               f"paired bootstrap p = {fmt(cmp['pvalue'], 4)}."]
             lines += [f"- {n}" for n in al.get("notes") or []]
+            lines += ["- Each strategy at its own budget K (prompts per item); RANDOM and BALANCED at the same K are "
+                      "in the budget curves."]
             lines.append("")
         return lines
 
     def summary(self, analysis: dict) -> list[str]:
         method = analysis.get("settings", {}).get("method", "pearson")
-        return [f"{c} ({al['n_items']} items, {method}): "
-                + ", ".join(f"{s} {fmt(v[method]['statistic'], 2)}" for s, v in al["item"].items())
-                for c, al in self.results(analysis).items()]
+        out = []
+        for c, al in self.results(analysis).items():
+            ks = al.get("k") or {}
+            parts = [f"{s.upper()}{f' (K={ks[s]})' if s in ks else ''} " + (
+                expectation(v[method]["statistic"], v[method]["se"], v[method].get("exact"), 2) if s == "random"
+                else fmt(v[method]["statistic"], 2)) for s, v in al["item"].items()]
+            if al.get("pride"):
+                parts.append(f"PriDe (held-out items) {fmt(al['pride']['correlation'][method]['statistic'], 2)}")
+            out.append(f"{c} ({al['n_items']} items, {method}): " + ", ".join(parts))
+        return out
 
     def plot(self, analysis: dict, path):
         """Item-level correlation with humans per aggregation strategy, per criterion, with bootstrap CIs."""

@@ -10,13 +10,37 @@ import numpy as np
 from .. import stats as st
 from . import _plot
 from ._base import Context, Section, Skip
-from ._format import fmt, md_table, pct
+from ._format import expectation, fmt, md_table, pct
 
 
-def _r_cell(b: dict, se: dict, s: str, j: int) -> str:
-    """r of strategy ``s`` at the j-th budget, with its Monte-Carlo standard error where it has one."""
-    e = (se.get(s) or [0] * (j + 1))[j]
-    return fmt(b["curves"][s][j]) + (f" ± {fmt(e)}" if e else "")
+def _r_cell(b: dict, s: str, j: int) -> str:
+    """r of strategy ``s`` at the j-th budget; a RANDOM point says whether it is exact or ± its MC SE (as does
+    any other Monte-Carlo point, e.g. under the sampled reading)."""
+    exact = ((b.get("curves_exact") or {}).get(s) or [True] * (j + 1))[j]
+    se = ((b.get("curves_se") or {}).get(s) or [0] * (j + 1))[j]
+    if s == "random" or not exact:
+        return expectation(b["curves"][s][j], se, exact)
+    return fmt(b["curves"][s][j])
+
+
+def _box_lines(b: dict) -> list[str]:
+    """The plot's box: each strategy's gain over FIXED(1) at K=3 / K=5 (points of r), and its share of the full
+    gain where one is reported, else why not."""
+    gof = b.get("gain_over_fixed") or {}
+    lines = []
+    for s in b["curves"]:
+        if s == "fixed" or s not in gof:
+            continue
+        gains = [gof[s][k - 1] if k <= len(gof[s]) else None for k in (3, 5)]
+        text = " / ".join("—" if g is None else f"{g:+.3f}" for g in gains)
+        share = b.get("gain_at", {}).get(s, {})
+        if s in b.get("share_for", []):
+            text += " (share " + " / ".join("—" if share.get(f"K={k}") is None else f"{share[f'K={k}']:.0%}"
+                                            for k in (3, 5)) + ")"
+        else:
+            text += " (no share: gain CI includes 0)"
+        lines.append(f"{s.upper():>8}: {text}")
+    return lines or ["no FIXED curve: no gain over FIXED(1)"]
 
 
 class Budget(Section):
@@ -24,12 +48,14 @@ class Budget(Section):
     title = "Budget curves"
     CAPTION = ("Correlation with human scores as a function of the number of prompts per item K, per ordering "
                "strategy (RANDOM: the expectation over uniformly drawn orders; band: ±1 sd over random draws / "
-               "balanced windows). Diamonds mark K=3 and K=5; the box gives the share of the full gain "
-               "r(Kmax) - r_FIXED(1) reached there, only where that gain is positive and its 95% CI excludes 0. "
+               "balanced windows). Diamonds mark K=3 and K=5; the box gives each strategy's gain in r over FIXED "
+               "at K=1 there, and the share of the full gain r(Kmax) - r_FIXED(1) only where that gain is "
+               "positive and its 95% CI excludes 0. "
                "Judge scores use the {reading}.")
-    NOTE = ("Judge scores use the {reading}. RANDOM is the expectation over orders drawn uniformly per item "
-            "(± its Monte-Carlo standard error); gains are over FIXED at K=1, with percentile bootstrap CIs over "
-            "items.")
+    NOTE = ("Judge scores use the {reading}. RANDOM is the expectation over orders drawn uniformly per item: "
+            "'(exact)' where every joint outcome of the draws was enumerated, else '± SE' (Monte-Carlo); its K=1 "
+            "point is the one the human-alignment table prints. Gains are over FIXED at K=1, with percentile "
+            "bootstrap CIs over items.")
     needs = ("human",)
 
     def compute(self, ctx: Context, c: int | None = None) -> dict:
@@ -38,22 +64,20 @@ class Budget(Section):
         if t.probs.shape[2] < 2:
             raise Skip("a single ordering: no budget to vary")
         b = st.budget_curve(t.probs[hs.index, c], t.values[c], t.option_orders, hs.scores, method=ctx.method,
-                            reading=ctx.reading, n_draws=ctx.n_draws, rng=ctx.rng)
+                            reading=ctx.reading, n_draws=ctx.n_draws,
+                            random_first=ctx.random_correlation(c, ctx.method), rng=ctx.rng)
         out = b.to_dict()
         out["gain_at"] = {s: {f"K={k}": b.gain[s].fraction[k - 1] for k in (3, 5) if k <= len(b.ks)}
                           for s in b.curves}
         out["share_for"] = [s for s in b.curves if b.gain[s].defined]
-        out["notes"] = list(out.get("notes") or []) + [n for n in ctx.strategy_notes() if n.startswith("RANDOM")]
         return out
 
     def tables(self, res: dict, analysis: dict) -> list[str]:
         lines = []
         for name, b in res.items():
             strats = list(b["curves"])
-            se = b.get("curves_se") or {}
-
             gof = b.get("gain_over_fixed") or {}
-            rows = [[str(k)] + [_r_cell(b, se, s, j) for s in strats]
+            rows = [[str(k)] + [_r_cell(b, s, j) for s in strats]
                     + [fmt((gof.get(s) or [None] * (j + 1))[j]) for s in strats]
                     + [fmt(b["gain"][s]["fraction"][j], 2) for s in strats] for j, k in enumerate(b["ks"])]
             lines += [f"### {name} ({b['method']})", ""]
@@ -92,7 +116,6 @@ class Budget(Section):
         fig, axes = _plot.grid(len(data))
         for ax, (name, b) in zip(axes, data.items()):
             ks = np.asarray(b["ks"], dtype=float)
-            lines = []
             for strat, curve in b["curves"].items():
                 y, sd = _plot.arr(curve), _plot.arr(b["curves_sd"].get(strat, [0] * len(curve)))
                 color = _plot.COLORS.get(strat, None)
@@ -101,17 +124,12 @@ class Budget(Section):
                 for k in (3, 5):
                     if k <= len(ks) and np.isfinite(y[k - 1]):
                         ax.plot([k], [y[k - 1]], marker="D", markersize=6, color=color, markeredgecolor="black")
-                gains = b.get("gain_at", {}).get(strat, {})
-                if all(v is None for v in gains.values()):
-                    continue  # a flat curve (FIXED with an expected reading) has no gain to share
-                lines.append(f"{strat.upper():>8}: " + " / ".join(
-                    "—" if gains.get(f"K={k}") is None else f"{gains[f'K={k}']:.0%}" for k in (3, 5)))
             for k in (3, 5):
                 if k <= len(ks):
                     ax.axvline(k, color="black", linestyle=":", linewidth=0.8)
-            ax.text(0.98, 0.03, "gain at K=3 / K=5\n" + "\n".join(lines), transform=ax.transAxes, ha="right",
-                    va="bottom", fontsize=7, family="monospace",
-                    bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8})
+            ax.text(0.98, 0.03, "gain in r over FIXED(1) at K=3 / K=5\n" + "\n".join(_box_lines(b)),
+                    transform=ax.transAxes, ha="right", va="bottom", fontsize=8, family="monospace",
+                    bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85})
             ax.set_xlabel("prompts per item (K)")
             ax.set_ylabel(f"{b.get('method', '')} r with humans")
             ax.set_title(name, fontsize=10)

@@ -51,8 +51,8 @@ class CriterionPosition(Section):
                    f"{fmt(cp['spread_ci_high'][j], 2)}]", _null(cp, j), fmt(_get(cp, "excess_spread", j), 2),
                    fmt(cp["pvalue"][j], 4)]
                 for j, name in enumerate(analysis["table"]["criteria"])]
-        header = ["criterion"] + [f"pos {p}" for p in range(k)] + ["spread (points)", "null spread mean [95% q]",
-                                                                   "excess", f"p ({cp['test']})"]
+        header = (["criterion"] + [f"position {p + 1}" for p in range(k)]
+                  + ["spread (points)", "null spread mean [95% q]", "excess", f"p ({cp['test']})"])
         return md_table(header, rows) + ["", f"- Permutation null: {cp.get('n_perm')} within-item shuffles."]
 
     def summary(self, analysis: dict) -> list[str]:
@@ -72,7 +72,7 @@ class CriterionPosition(Section):
         with np.errstate(invalid="ignore"):
             rows_ok = np.isfinite(m).any(axis=1)
             shift = m - np.where(rows_ok, np.nanmean(np.where(np.isfinite(m), m, np.nan), axis=1), 0)[:, None]
-        fig = _plot.figure(1.2 * m.shape[1] + 3.5, 0.5 * m.shape[0] + 2.0)
+        fig = _plot.figure(max(6.0, 1.2 * m.shape[1] + 3.5), max(4.0, 0.5 * m.shape[0] + 2.0))
         ax = fig.add_subplot()
         vmax = float(np.nanmax(np.abs(shift))) if np.isfinite(shift).any() else 1.0
         vmax = vmax if vmax > 0 else 1.0

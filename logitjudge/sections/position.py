@@ -10,7 +10,7 @@ from .. import stats as st
 from ..stats._result import FIXED, StatsError
 from . import _plot
 from ._base import Context, Partial, Section
-from ._format import ci, fmt, md_table, pval, reading_note
+from ._format import ci, count, fmt, md_table, plural, pval, reading_note
 
 
 def _part(parts: dict, skipped: dict, key: str, fn, *args, **kw) -> None:
@@ -33,24 +33,42 @@ def chi_reading(reading: str) -> str:
 
 
 def _counts(chi: dict) -> str:
-    favoured = chi.get("favoured") or []
-    fav = f"; favoured positions {list(favoured)}" if favoured else ""
-    return f"counts by position {[round(float(x), 2) for x in chi['counts']]} of N = {fmt(chi['n'], 0)}{fav}"
+    favoured = list(chi.get("favoured") or [])
+    fav = ""
+    if favoured:
+        fav = f"; favoured position{'s' if len(favoured) > 1 else ''} {', '.join(str(p) for p in favoured)}"
+    counts = "[" + ", ".join(count(x) for x in chi["counts"]) + "]"
+    items = f" from {plural(chi['n_items'], 'item')}" if chi.get("n_items") else ""
+    return f"counts by position {counts} of N = {count(chi['n'])} prompts{items}{fav}"
+
+
+def _test(chi: dict) -> str:
+    """The test a verdict rests on: its p-value with items as clusters and the design effect."""
+    deff = chi.get("design_effect")
+    alike = " (every item's answers fall alike: no between-item variation)" if deff == 0 else ""
+    return (f"p = {pval(chi['pvalue'])}, χ² with items as clusters (Rao-Scott), design effect "
+            f"{fmt(deff, 2)}{alike}")
+
+
+def _v(chi: dict, nd: int = 2, more: str = "") -> str:
+    """Cramér's V (bias-corrected) with its bootstrap CI over items and ``more`` in its parenthesis; printed
+    only beside its test."""
+    v = f"Cramér's V {ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high', nd)} (bias-corrected"
+    lo, hi = chi.get("cramers_v_ci_low"), chi.get("cramers_v_ci_high")
+    if lo is not None and lo == hi:  # every bootstrap resample alike: the items chose the same positions
+        v += "; no spread: every item chose alike, so the interval has no width"
+    return v + (f"; {more}" if more else "") + ")"
 
 
 def _criterion_verdict(name: str, chi: dict | None, reason: str | None) -> str:
     if chi is None:
         return f"{name}: position bias not tested ({reason})"
-    v = f"Cramér's V {ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high', 2)}"
-    lo, hi = chi.get("cramers_v_ci_low"), chi.get("cramers_v_ci_high")
-    if lo is not None and lo == hi:  # every bootstrap resample alike: the items chose the same positions
-        v += " (no spread: every item chose alike, so the interval has no width)"
-    v += f" ({chi['reading']} answers; {_counts(chi)})"
+    v = _v(chi, more=f"{chi['reading']} answers; {_counts(chi)}")
     if chi["label"] != "none":
-        return f"{name}: {LABEL_PHRASES.get(chi['label'], chi['label'] + ' position bias')}, {v}"
+        return f"{name}: {LABEL_PHRASES.get(chi['label'], chi['label'] + ' position bias')} ({_test(chi)}), {v}"
     if chi["pvalue"] is not None and chi["pvalue"] < chi["alpha"]:
-        return f"{name}: position preference without a clear favourite (p = {chi['pvalue']:.2g}), {v}"
-    return f"{name}: no significant position bias, {v}"
+        return f"{name}: position preference without a clear favourite ({_test(chi)}), {v}"
+    return f"{name}: no significant position bias ({_test(chi)}), {v}"
 
 
 def _cell(d: dict | None, key: str, lo: str, hi: str, p: int) -> str:
@@ -63,9 +81,13 @@ class Position(Section):
     CAPTION = ("Mean probability of the option shown at each position (bars, 95% bootstrap CIs over items), read "
                "from the exact label distributions; the dashed line is the uniform share 1/n. Every option "
                "visits every position in a balanced design, so a tilt here is position bias, not content. The "
-               "panel title's direction and Cramér's V come from the chi-square test on the answered positions "
-               "({chi}).")
-    NOTE = ("Mean probability: the exact label distributions. Answer share, χ² and Cramér's V: {chi}. Log-odds: "
+               "panel title's direction, p-value (χ² with items as clusters, Rao-Scott) and bias-corrected "
+               "Cramér's V come from the test on the answered positions ({chi}). Positions are numbered 1..n.")
+    NOTE = ("Positions are numbered 1..n. Mean probability: the exact label distributions. Answer share, the "
+            "test and Cramér's V: {chi}. The test takes items as the unit (Rao-Scott's correction of Pearson's "
+            "χ², items as clusters); the design effect is how many times the pooled shares vary more than "
+            "independent prompts' (below 1 in balanced designs, whose rotations even out an item's answers). "
+            "Log-odds: "
             "the exact log-probabilities (log-linear position-effect model). Scores elsewhere use the {reading}.")
 
     def _fill(self, text: str, analysis: dict) -> str:
@@ -121,7 +143,7 @@ class Position(Section):
         lines = []
         for name, pos in res.items():
             dist, chi, eff = pos.get("distribution"), pos.get("chi_square"), pos.get("effect")
-            rows = [[str(p), _cell(dist, "distribution", "ci_low", "ci_high", p),
+            rows = [[str(p + 1), _cell(dist, "distribution", "ci_low", "ci_high", p),
                      _cell(chi, "shares", "share_ci_low", "share_ci_high", p),
                      _cell(eff, "log_odds", "log_odds_ci_low", "log_odds_ci_high", p)]
                     for p in range(analysis["table"]["n_options"])]
@@ -129,10 +151,14 @@ class Position(Section):
             lines += md_table(["position", "mean probability", "answer share", "log-odds vs other positions"],
                               rows)
             if chi:
-                lines += ["", f"Chi-square ({chi['reading']} answers, {chi['design']} design): "
-                              f"χ² = {fmt(chi['statistic'], 2)}, dof = {chi['dof']}, p = {pval(chi['pvalue'])}, "
-                              f"{_counts(chi)}; Cramér's V "
-                              f"{ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high')}; "
+                lines += ["", f"Position test ({chi['reading']} answers, {chi['design']} design): "
+                              f"{_test(chi)}; Pearson χ² = {fmt(chi['statistic'], 2)} on {chi['dof']} dof, "
+                              f"Rao-Scott second-order χ² = {fmt(chi.get('statistic_corrected'), 2)} on "
+                              f"d = {fmt(chi.get('dof_corrected'), 2)} dof, p from F(d, d (C - 1)) with C = "
+                              f"{chi.get('n_items')} items; the per-prompt p = "
+                              f"{pval(chi.get('pvalue_per_prompt'))} treats an item's prompts as independent and "
+                              f"is shown for comparison only; {_counts(chi)}; "
+                              f"{_v(chi, 3, more='uncorrected ' + fmt(chi.get('cramers_v_raw')))}; "
                               f"label: {chi['label']} ({chi['label_reason']})."]
             lines.append("")
         return lines
@@ -142,9 +168,8 @@ class Position(Section):
         for c, pos in self.results(analysis).items():
             chi = pos.get("chi_square")
             if chi:
-                out.append(f"{c}: χ² = {fmt(chi['statistic'], 2)}, p = {pval(chi['pvalue'])}, Cramér's V "
-                           f"{ci(chi, 'cramers_v', 'cramers_v_ci_low', 'cramers_v_ci_high', 2)} "
-                           f"({chi['reading']} answers), direction: {chi['label']}")
+                out.append(f"{c}: {_test(chi)}; {_v(chi, more=chi['reading'] + ' answers')}, direction: "
+                           f"{chi['label']}")
         return out
 
     def plot(self, analysis: dict, path):
@@ -166,9 +191,9 @@ class Position(Section):
             ax.set_ylabel("mean probability")
             chi, sub = pos.get("chi_square"), ""
             if chi:
-                v = chi.get("cramers_v")
+                v, p = chi.get("cramers_v"), chi.get("pvalue")
                 label = chi["label"] if chi["label"] != "none" else "no clear favourite"
-                sub = f"\n{label}; V = {v:.2f}" if v is not None else f"\n{label}"
+                sub = f"\n{label}; p = {pval(p)}" + (f", V = {v:.2f}" if v is not None else "")
             ax.set_title(f"{name}{sub}", fontsize=10)
             ax.legend(fontsize=8, loc="upper right")
         return _plot.save(fig, path)

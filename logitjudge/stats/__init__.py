@@ -26,6 +26,7 @@ from .aggregation import (
     AggregateResult,
     DebiasResult,
     aggregate_scores,
+    balanced_rows,
     balanced_sequence,
     debias_probs,
     pride_debias,
@@ -49,32 +50,67 @@ from .budget import (
     BudgetCurveResult,
     CorrelationStatistic,
     GainResult,
-    balanced_rows,
     budget_curve,
     gain_fraction,
 )
+from .clustered import RaoScottResult, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
 from .criteria import CriterionPositionResult, criterion_position_effect
+from .direction import position_label
 from .expectation import (
     ExpectationResult,
     draw_random_scores,
+    item_outcomes,
+    mean_answer_distribution,
     pool_kind,
     random_expectation,
     random_expectation_ref,
     random_item_scores,
     random_label_shares,
+    random_rows,
 )
 from .linear_probe import LinearSummary, ProbeResult, linear_summary, probe_accuracy
+
+# issue #25: the judging paradigms (stats/paradigms.py gathers pairwise, listwise and slots)
+from .paradigms import (
+    BradleyTerryResult,
+    ListwiseRankingResult,
+    PairwiseRankingResult,
+    ParadigmComparison,
+    ParadigmSummary,
+    SlotTestResult,
+    SwapConsistencyResult,
+    Top1StabilityResult,
+    bradley_terry,
+    check_listwise,
+    check_pairwise,
+    choice_by_candidate,
+    compare_paradigms,
+    cost_from_meta,
+    debiased_preference,
+    listwise_design,
+    listwise_ranking,
+    listwise_slot_test,
+    listwise_summary,
+    pair_verdicts,
+    pairwise_ranking,
+    pairwise_slot_test,
+    pairwise_summary,
+    pointwise_summary,
+    slot_chisquare,
+    slot_prior,
+    swap_consistency,
+    top1_stability,
+    winning_sets,
+)
 from .position import (
     PositionChiSquareResult,
     PositionDistributionResult,
     PositionEffectResult,
     PriorResult,
     chosen_positions,
-    cramers_v_gof,
     fit_position_effect,
     position_chisquare,
     position_distribution,
-    position_label,
     pride_prior,
     probs_by_position,
     probs_from_positions,
@@ -93,18 +129,22 @@ from .probing import (
 from .ranking import (
     BestOfNResult,
     RankStabilityResult,
-    Top1ChangeResult,
-    Top1FlipResult,
     best_of_n_instability,
     kendall_tau_matrix,
-    mean_answer_distribution,
     rank_stability,
-    top1_change,
-    top1_change_sampled,
-    top1_flips,
-    win_probabilities,
 )
 from .readings import READINGS, answer_probs, check_reading, tempered
+from .top1 import (
+    Top1ChangeRandomResult,
+    Top1ChangeResult,
+    Top1FlipResult,
+    top1_change,
+    top1_change_random,
+    top1_change_sampled,
+    top1_flips,
+    top_set_probabilities,
+    win_probabilities,
+)
 
 __all__ = [
     "AttentionSummary", "LensPositionResult", "LinearSummary", "PatchSummary", "ProbeResult", "attention_summary",
@@ -114,6 +154,8 @@ __all__ = [
     "tempered", "ExpectationResult", "draw_random_scores", "pool_kind", "random_expectation",
     "random_expectation_ref", "random_item_scores", "random_label_shares", "Top1ChangeResult", "Top1FlipResult",
     "top1_change", "top1_flips", "win_probabilities", "mean_answer_distribution", "top1_change_sampled",
+    "Top1ChangeRandomResult", "top1_change_random", "top_set_probabilities",
+    "RaoScottResult", "cramers_v_corrected", "rao_scott_chisquare", "item_outcomes", "random_rows",
     "AggregateResult", "AlignmentError", "BestOfNResult", "BudgetCurveResult", "ConfoundedDesignWarning",
     "CorrelationDifferenceResult", "CorrelationResult", "CriterionPositionResult", "DebiasResult",
     "DesignError", "GainResult", "GroupedCorrelationResult", "HumanScores", "InsufficientDataError",
@@ -125,4 +167,13 @@ __all__ = [
     "grouped_correlation", "jsonable", "kendall_tau_matrix", "per_group_correlations", "position_chisquare",
     "position_distribution", "position_label", "pride_debias", "pride_prior", "probs_by_position",
     "probs_from_positions", "rank_stability", "read_scores", "select_orderings", "system_correlation",
+]
+__all__ += [  # issue #25 (paradigms)
+    "BradleyTerryResult", "ListwiseRankingResult", "PairwiseRankingResult", "ParadigmComparison", "ParadigmSummary",
+    "SlotTestResult", "SwapConsistencyResult", "Top1StabilityResult",
+    "bradley_terry", "check_listwise", "check_pairwise", "choice_by_candidate", "compare_paradigms", "cost_from_meta",
+    "debiased_preference", "listwise_design",
+    "listwise_ranking", "listwise_slot_test", "listwise_summary", "pair_verdicts", "pairwise_ranking",
+    "pairwise_slot_test", "pairwise_summary", "pointwise_summary", "slot_chisquare", "slot_prior",
+    "swap_consistency", "top1_stability", "winning_sets",
 ]

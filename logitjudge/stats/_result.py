@@ -15,13 +15,14 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from ..errors import LogitJudgeError
 from ..orderings import OrderingError, is_balanced, is_complete, validate
 
-BALANCED, RANDOM, FIXED = "balanced", "random", "fixed"
+BALANCED, SHARED_RANDOM, FIXED = "balanced", "shared-random", "fixed"
 PER_ITEM_RANDOM = "per-item random"  # every item has its own (random) orders: content and position unconfounded
 
 
-class StatsError(ValueError):
+class StatsError(LogitJudgeError, ValueError):
     """Bad input to a statistic; the message says what is wrong and how to fix it."""
 
 
@@ -51,7 +52,8 @@ class ConfoundedDesignWarning(UserWarning):
 
 
 class RandomDesignWarning(UserWarning):
-    """A RANDOM design: the test is valid in expectation but content x position confounding adds variance."""
+    """A shared-random design: the test is valid in expectation but content x position confounding adds
+    variance."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,28 @@ def check_orders(option_orders, n_orderings: int, n_options: int, name: str = "o
     return a
 
 
+def group_score_list(scores, name: str = "scores") -> list[np.ndarray]:
+    """A [G, K, m] array or a sequence of G arrays [K_g, m_g] as a list of finite 2-D float arrays."""
+    if isinstance(scores, np.ndarray) and scores.dtype != object:
+        a = as_float(scores, name)
+        if a.ndim != 3:
+            raise ShapeError(f"{name} must be [groups, orderings, candidates] or a list of [orderings, "
+                             f"candidates] arrays, got shape {a.shape}")
+        out = list(a)
+    else:
+        try:
+            out = [as_float(s, name) for s in scores]
+        except TypeError:
+            raise StatsError(f"{name} must be a sequence of [orderings, candidates] arrays") from None
+    if not out:
+        raise InsufficientDataError(f"{name} has no groups")
+    for s in out:
+        if s.ndim != 2 or s.shape[0] < 1 or not np.all(np.isfinite(s)):
+            raise ShapeError(f"every group of {name} must be a finite [orderings, candidates] array, got "
+                             f"shape {s.shape}")
+    return out
+
+
 def need_items(n: int, minimum: int, what: str) -> None:
     if n < minimum:
         raise InsufficientDataError(f"{what} needs at least {minimum} items, got {n}; "
@@ -176,7 +200,7 @@ def _shared(a: np.ndarray) -> np.ndarray:
 def detect_design(option_orders) -> str:
     """'balanced' when every option is at every position equally often (``is_balanced``; within every item for
     per-item orders; all n! orders included), 'fixed' when every row is the same order, 'per-item random' when
-    items have different (not balanced) ordering sets, else 'random' (one unbalanced set shared by every
+    items have different (not balanced) ordering sets, else 'shared-random' (one unbalanced set shared by every
     item). With a single option there are no positions: 'fixed'."""
     a = _shared(as_orders(option_orders, per_item=True))
     if a.shape[-1] > 1 and is_balanced(a):
@@ -185,7 +209,7 @@ def detect_design(option_orders) -> str:
         return PER_ITEM_RANDOM
     if np.all(a == a[0]):
         return FIXED
-    return RANDOM
+    return SHARED_RANDOM
 
 
 def has_all_orders(option_orders) -> bool:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..orderings import balanced as balanced_orders
 from ._result import (
     BALANCED,
     DesignError,
@@ -45,6 +46,7 @@ from ._result import (
     check_distributions,
     check_orders,
     detect_design,
+    has_all_orders,
 )
 from .position import pride_prior, probs_by_position, probs_from_positions
 from .readings import check_reading, read_scores
@@ -106,6 +108,28 @@ def balanced_sequence(option_orders) -> np.ndarray:
         occurrence[row] = seen.get(key, 0)
         seen[key] = occurrence[row] + 1
     return np.lexsort((rank, occurrence))
+
+
+def balanced_rows(option_orders) -> np.ndarray | None:
+    """Row indices of the study's BALANCED orderings (the 2n rotations and their reversals) inside a table's
+    orders, in order, or None when the table does not hold them: picked out of a larger design (all n! orders,
+    balanced+random; for per-item orders at the same rows of every item), else every row of a balanced table
+    (``balanced_sequence``). ``option_orders``: (K, n) or per item (I, K, n)."""
+    a = _shared(as_orders(option_orders, per_item=True))
+    n = a.shape[-1]
+    ref = balanced_orders(n)
+    if a.ndim == 3:  # per-item orders: the balanced rows must sit at the same indices in every item
+        rows = [np.flatnonzero(np.all(a[0] == r, axis=1)) for r in ref]
+        if all(len(x) for x in rows):
+            idx = np.asarray([x[0] for x in rows])
+            if np.array_equal(a[:, idx], np.broadcast_to(ref, (a.shape[0],) + ref.shape)):
+                return idx
+        return None
+    if detect_design(a) != BALANCED:
+        return None
+    if has_all_orders(a) and len(a) > len(ref):
+        return np.asarray([int(np.flatnonzero(np.all(a == r, axis=1))[0]) for r in ref])
+    return balanced_sequence(a)
 
 
 @dataclass(frozen=True)

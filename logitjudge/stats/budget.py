@@ -25,31 +25,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..orderings import balanced as balanced_orders
 from ._result import (
-    BALANCED,
     DesignError,
     InsufficientDataError,
     Result,
     ShapeError,
     StatsError,
-    _shared,
     as_float,
-    as_orders,
     as_rng,
     bootstrap_indices,
     canonical_index,
     check_choice,
     check_confidence,
     check_n_boot,
-    detect_design,
-    has_all_orders,
     percentile_ci,
     weights_from_indices,
 )
-from .aggregation import _inputs, balanced_sequence
+from .aggregation import _inputs, balanced_rows
 from .alignment import METHODS, MIN_N, _corr_rows
-from .expectation import DEFAULT_PRECISION, draw_random_scores, pool_kind
+from .expectation import (
+    DEFAULT_PRECISION,
+    ExpectationResult,
+    draw_random_scores,
+    random_expectation,
+    random_rows,
+)
 from .readings import check_reading, draw_answers, read_scores, tempered
 
 REPORT_KS = (3, 5)
@@ -100,7 +100,9 @@ def gain_fraction(r, *, baseline: float | None = None, ci=None, tol: float = 1e-
 @dataclass(frozen=True)
 class BudgetCurveResult(Result):
     """Correlation with humans at each budget ``ks`` per strategy (``curves``), the Monte-Carlo standard error of
-    each point (``curves_se``, 0 where exact) and the spread over draws / balanced windows (``curves_sd``).
+    each point (``curves_se``, 0 where exact), whether each point is exact (``curves_exact``: deterministic
+    window means, RANDOM's enumerated K=1 expectation; else Monte-Carlo) and the spread over draws / balanced
+    windows (``curves_sd``).
 
     ``gain_over_fixed[s]``: r_s(K) - r_FIXED(1) per K; ``gain_ci[s]``: {"K=k": [low, high]} bootstrap CIs at
     K = 3, 5, Kmax; ``gain[s]``: :class:`GainResult`, the share of the full gain (defined only for a positive
@@ -130,6 +132,7 @@ class BudgetCurveResult(Result):
     replace: bool = True
     pool: str = ""
     confidence_level: float = 0.95
+    curves_exact: dict | None = None
 
 
 class CorrelationStatistic:
@@ -192,28 +195,6 @@ class CorrelationStatistic:
         return out / x.shape[0]
 
 
-def balanced_rows(option_orders) -> np.ndarray | None:
-    """Row indices of the study's BALANCED orderings (the 2n rotations and their reversals) inside a table's
-    orders, in order, or None when the table does not hold them: picked out of a larger design (all n! orders,
-    balanced+random; for per-item orders at the same rows of every item), else every row of a balanced table
-    (``balanced_sequence``). ``option_orders``: (K, n) or per item (I, K, n)."""
-    a = _shared(as_orders(option_orders, per_item=True))
-    n = a.shape[-1]
-    ref = balanced_orders(n)
-    if a.ndim == 3:  # per-item orders: the balanced rows must sit at the same indices in every item
-        rows = [np.flatnonzero(np.all(a[0] == r, axis=1)) for r in ref]
-        if all(len(x) for x in rows):
-            idx = np.asarray([x[0] for x in rows])
-            if np.array_equal(a[:, idx], np.broadcast_to(ref, (a.shape[0],) + ref.shape)):
-                return idx
-        return None
-    if detect_design(a) != BALANCED:
-        return None
-    if has_all_orders(a) and len(a) > len(ref):
-        return np.asarray([int(np.flatnonzero(np.all(a == r, axis=1))[0]) for r in ref])
-    return balanced_sequence(a)
-
-
 def _mc(draw, stat, min_draws, max_draws, precision, keep=200, batch=200):
     """Monte-Carlo mean of ``stat(draw(B))`` until its standard error <= precision: (mean, se, sd, kept), kept
     being up to ``keep`` of the drawn replicate score vectors (for the bootstrap)."""
@@ -257,18 +238,24 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
                  groups=None, reading: str = "expected", temperature: float = 1.0, k_max: int | None = None,
                  strategies=None, n_draws: int = 200, precision: float = DEFAULT_PRECISION,
                  max_draws: int = 20000, replace: bool = True, n_boot: int = 1000, confidence: float = 0.95,
-                 rng=None) -> BudgetCurveResult:
+                 random_first: ExpectationResult | None = None, rng=None) -> BudgetCurveResult:
     """Correlation of K-prompt aggregated scores with ``human[item]`` for K = 1 .. k_max (see the module doc).
 
     ``level`` 'item' (correlation over items) or 'grouped' (mean within-group correlation, needs ``groups``).
     ``k_max`` defaults to the number of orderings, or 2n (the balanced budget) when the table holds more orders
     than the balanced ones (all n!, balanced+random). Monte-Carlo points use at least ``n_draws`` draws and stop
     at standard error ``precision`` (or ``max_draws``). BALANCED is left out (noted) when the table holds no
-    balanced rows; FIXED when per-item orders have no common canonical row.
+    balanced rows; FIXED when per-item orders have no common canonical row. RANDOM at K=1 is
+    :func:`~logitjudge.stats.random_expectation` (exact where the draws have at most 1e6 joint outcomes, else
+    Monte-Carlo); ``random_first`` passes one already computed (the same statistic on the same rows: the
+    analysis passes the alignment section's, so that one estimate is printed in both places).
     """
     p, v, orders = _inputs(probs, values, option_orders)
     y = _check_budget_args(p, human, method, level, groups, n_draws)
     reading = check_reading(reading)
+    if random_first is not None and (random_first.k != 1 or random_first.reading != reading):
+        raise StatsError(f"random_first must be RANDOM's K=1 expectation under the {reading} reading, got K="
+                         f"{random_first.k} under {random_first.reading}")
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     rng = as_rng(rng)
     n_items, n_ord, n = p.shape
@@ -296,10 +283,8 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
         raise StatsError(f"k_max={k_max} exceeds the {0 if bal_rows is None else len(bal_rows)} balanced "
                          "orderings available to BALANCED")
     canon = canonical_index(orders) if "fixed" in strategies else 0
-    pool, p_random = pool_kind(orders), p
-    if orders.ndim == 3 and bal_rows is not None and len(bal_rows) < n_ord:  # balanced+random: RANDOM draws
-        rest = np.setdiff1d(np.arange(n_ord), bal_rows)                  # from the random rows only
-        pool, p_random = pool_kind(orders[:, rest]), p[:, rest]
+    pool_rows, pool = random_rows(orders)  # balanced+random: RANDOM draws from the random rows only
+    p_random = p[:, pool_rows]
     if "random" in strategies and pool != "all orders":
         notes.append(f"RANDOM draws from the table's {pool}" + ("" if pool == "per-item random orders" else
                      ": not uniformly random permutations (score with --orderings all or random:K)"))
@@ -317,6 +302,10 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
 
     def replicates(s, k):
         """(value, se, sd, kept replicate score vectors [R, items]) of strategy s at budget k."""
+        if s == "random" and k == 1:  # exact where the draws can be enumerated; one estimate with the caller's
+            e = random_first or random_expectation(p_random, v, stat, k=1, replace=replace, precision=precision,
+                                                   min_draws=n_draws, max_draws=max_draws, rng=rng, **mc_kw)
+            return e.value, e.se, e.sd, None, e.exact
         if s == "random":
             def draw(b):
                 return draw_random_scores(p_random, v, b, k=k, replace=replace, rng=rng, **mc_kw)
@@ -324,21 +313,22 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
             x = exact_scores[:, windows(s, k)].mean(axis=2).T  # [windows, items]
             r = stat(x)
             ok = r[np.isfinite(r)]
-            return (float(ok.mean()) if ok.size else np.nan, 0.0, float(ok.std()) if ok.size else 0.0, x)
+            return (float(ok.mean()) if ok.size else np.nan, 0.0, float(ok.std()) if ok.size else 0.0, x, True)
         else:  # sampled FIXED / BALANCED: a uniformly chosen window, each prompt's answer drawn
             rows = windows(s, k)
 
             def draw(b):
                 w = rows[rng.integers(0, len(rows), size=b)]  # [b, k]
                 return v[draw_answers(q[:, w], rng)].mean(axis=2).T  # [b, items]
-        return _mc(draw, stat, n_draws, max_draws, precision)
+        return (*_mc(draw, stat, n_draws, max_draws, precision), False)
 
-    curves, ses, sds, kept = {}, {}, {}, {}
+    curves, ses, sds, kept, exact = {}, {}, {}, {}, {}
     report = sorted({k for k in REPORT_KS if k <= k_max} | {k_max})
     for s in strategies:
         mean, se, sd = np.full(k_max, np.nan), np.zeros(k_max), np.zeros(k_max)
+        exact[s] = np.zeros(k_max, dtype=bool)
         for j, k in enumerate(ks):
-            mean[j], se[j], sd[j], x = replicates(s, k)
+            mean[j], se[j], sd[j], x, exact[s][j] = replicates(s, k)
             if k in report or (s == "fixed" and k == 1):
                 kept[s, k] = x
             if not np.isfinite(mean[j]):
@@ -362,7 +352,7 @@ def budget_curve(probs, values, option_orders, human, *, method: str = "pearson"
             why = "BALANCED and FIXED correlate equally at Kmax: no balancing gain to share"
     return BudgetCurveResult(ks, curves, sds, gain, rmf, bmr, share, share_ok, why, method, level, reading,
                              int(n_draws), tuple(notes), ses, gain_over, gain_ci, float(temperature),
-                             float(precision), bool(replace), pool, confidence)
+                             float(precision), bool(replace), pool, confidence, exact)
 
 
 

@@ -15,9 +15,12 @@ Arrays (one criterion): ``probs[item, ordering, option]`` canonical, ``values[op
   item's rows of the prompt's score (the same for every K and for both draw schemes; closed form).
 * :func:`random_label_shares` - per item, the exact expected share of each answered label under RANDOM.
 * :func:`random_expectation` - any statistic of the per-item scores (a correlation with humans...): closed form
-  when the statistic is declared affine (``linear=True``), else Monte-Carlo over independent draws until its
-  standard error is at most ``precision``; the result carries the estimate, its standard error, the number of
-  draws and whether the precision was reached. One ``rng`` seed gives the same number every time.
+  when the statistic is declared affine (``linear=True``); exact by enumeration when the draws have at most
+  ``max_outcomes`` (1e6) joint outcomes (:func:`item_outcomes`: under the greedy reading at K=1 a finite sum over
+  each item's distinct answers); else Monte-Carlo over independent draws until its standard error is at most
+  ``precision``; the result carries the estimate, whether it is exact, its standard error, the number of draws
+  (or outcomes) and whether the precision was reached. One ``rng`` seed gives the same number every time.
+* :func:`random_rows` - the rows RANDOM draws from (a balanced+random table: its random rows).
 * :func:`random_expectation_ref` - the plain reference: exact enumeration of every draw (tiny tables only).
 """
 
@@ -33,12 +36,13 @@ from ._result import (
     BALANCED,
     FIXED,
     PER_ITEM_RANDOM,
-    RANDOM,
+    SHARED_RANDOM,
     Result,
     ShapeError,
     StatsError,
     as_array,
     as_float,
+    as_orders,
     as_rng,
     check_distributions,
     detect_design,
@@ -47,6 +51,7 @@ from ._result import (
 from .readings import answer_probs, check_reading, draw_answers, read_scores, tempered
 
 DEFAULT_PRECISION = 0.005  # standard error of a Monte-Carlo RANDOM figure (e.g. a correlation), unless asked
+MAX_OUTCOMES = 1_000_000  # joint outcomes of RANDOM's draws enumerated exactly; more: Monte-Carlo with its SE
 
 
 def pool_kind(option_orders) -> str:
@@ -54,8 +59,23 @@ def pool_kind(option_orders) -> str:
     'per-item random orders' (an estimate of one), 'balanced orders', 'shared orders' or 'fixed order'."""
     if has_all_orders(option_orders):
         return "all orders"
-    return {PER_ITEM_RANDOM: "per-item random orders", BALANCED: "balanced orders", RANDOM: "shared orders",
+    return {PER_ITEM_RANDOM: "per-item random orders", BALANCED: "balanced orders", SHARED_RANDOM: "shared orders",
             FIXED: "fixed order"}[detect_design(option_orders)]
+
+
+def random_rows(option_orders) -> tuple[np.ndarray, str]:
+    """``(rows, pool)``: the rows RANDOM draws an item's orders from, and what a uniform draw among them is
+    (:func:`pool_kind`). Every row, except in a balanced+random table (per-item orders whose balanced rotations
+    sit at the same rows of every item, followed by random ones), where RANDOM draws from the random rows only:
+    the rotations are not uniformly random orders."""
+    from .aggregation import balanced_rows  # aggregation imports readings and position, never this module
+
+    orders = as_orders(option_orders, per_item=True)
+    rows = np.arange(orders.shape[-2])
+    bal = balanced_rows(orders)
+    if orders.ndim == 3 and bal is not None and len(bal) < len(rows):
+        rows = np.setdiff1d(rows, bal)
+    return rows, pool_kind(orders[..., rows, :])
 
 
 def _inputs(probs, values, reading, temperature):
@@ -74,6 +94,32 @@ def _check_k(k, n_pool: int, replace: bool) -> int:
         raise StatsError(f"k={k} distinct orders drawn without replacement, but each item has {n_pool} rows; "
                          "use replace=True or a smaller k")
     return int(k)
+
+
+def _dists(dists, values) -> tuple[np.ndarray, np.ndarray]:
+    d, v = as_float(dists, "dists"), as_float(values, "values")
+    if d.ndim != 2 or v.shape != d.shape[1:]:
+        raise ShapeError(f"dists must be 2-D [rows, options] with one value per option, got shapes {d.shape} "
+                         f"and {v.shape}")
+    return d, v
+
+
+def mean_answer_distribution(dists, values, *, max_support: int = 100_000) -> tuple[np.ndarray, np.ndarray]:
+    """Exact distribution of the mean of independent answers, one drawn from each row of
+    ``dists[k, option]`` over ``values[option]``: (support, probabilities), by repeated convolution. Refused
+    when the support exceeds ``max_support`` points (non-integer values can make it grow as n^K)."""
+    d, v = _dists(dists, values)
+    support, prob = np.zeros(1), np.ones(1)
+    for row in d:
+        s = (support[:, None] + v[None, :]).ravel()
+        w = (prob[:, None] * row[None, :]).ravel()
+        keep = w > 0  # impossible answers add no support
+        support, inv = np.unique(np.round(s[keep], 9), return_inverse=True)
+        prob = np.bincount(inv.ravel(), weights=w[keep])
+        if support.size > max_support:
+            raise StatsError(f"the mean of {len(d)} answers has more than {max_support:,} distinct values; its "
+                             "exact distribution is too large (use integer-valued scores or fewer orders)")
+    return support / len(d), prob
 
 
 def random_item_scores(probs, values, *, reading: str = "greedy", temperature: float = 1.0) -> np.ndarray:
@@ -96,11 +142,12 @@ def random_label_shares(probs, *, reading: str = "greedy", temperature: float = 
 class ExpectationResult(Result):
     """``value``: the expectation of a statistic of RANDOM(K) per-item scores over the random draws.
 
-    ``exact`` True: closed form (``se`` 0). Otherwise ``value`` is the mean of ``n_draws`` Monte-Carlo
+    ``exact`` True: a closed form, or every joint outcome of the draws enumerated (``n_draws`` outcomes;
+    ``sd`` their exact spread); ``se`` is 0. Otherwise ``value`` is the mean of ``n_draws`` Monte-Carlo
     replicates and ``se`` its standard error (sd / sqrt(draws)); ``reached`` says whether ``se <= precision``.
-    Replicates where the statistic is undefined (NaN) are dropped and counted in ``n_undefined`` (the value is
-    then the expectation conditional on a defined statistic). ``pool`` is
-    what the draws are taken from (see :func:`pool_kind`), ``replace`` the draw scheme.
+    Replicates (or outcomes) where the statistic is undefined (NaN) are dropped and counted in ``n_undefined``
+    (the value is then the expectation conditional on a defined statistic). ``pool`` is what the draws are taken
+    from (see :func:`pool_kind`), ``replace`` the draw scheme. A printed RANDOM value says "exact" or "± se".
     """
 
     value: float
@@ -143,15 +190,18 @@ def draw_random_scores(probs, values, n_draws: int, *, k: int, reading: str = "g
 def random_expectation(probs, values, statistic, *, k: int, reading: str = "greedy", temperature: float = 1.0,
                        replace: bool = True, linear: bool = False, precision: float = DEFAULT_PRECISION,
                        min_draws: int = 200, max_draws: int = 20000, batch: int = 200, option_orders=None,
-                       rng=None) -> ExpectationResult:
+                       max_outcomes: int = MAX_OUTCOMES, rng=None) -> ExpectationResult:
     """Expectation over RANDOM(K) draws of ``statistic(x)``, where ``x[draw, item]`` are the per-item mean
     scores of K orders drawn uniformly per item and ``statistic`` maps ``[B, items] -> [B]``.
 
-    ``linear=True`` declares the statistic affine in ``x`` (a mean score, a share): the exact value is then the
-    statistic of :func:`random_item_scores` (closed form, ``se`` 0; not for 'sampled' with a nonlinear map of
-    one answer). Otherwise Monte-Carlo: batches of ``batch`` replicates until at least ``min_draws`` are
-    drawn and the standard error is at most ``precision`` (or ``max_draws`` is reached: ``reached`` False and
-    a note). ``option_orders`` (optional) only names the pool in the result.
+    Exact where it is cheap: ``linear=True`` declares the statistic affine in ``x`` (a mean score, a share), and
+    the value is then the statistic of :func:`random_item_scores` (closed form; not for 'sampled' with a
+    nonlinear map of one answer). Otherwise, when the items' draws have at most ``max_outcomes`` joint outcomes
+    (each item's distinct mean scores, :func:`item_outcomes`: under the greedy reading at K=1 the item's distinct
+    answers), the expectation is their probability-weighted sum, enumerated (``exact``, ``se`` 0, ``n_draws``
+    the outcomes). Else Monte-Carlo: batches of ``batch`` replicates until at least ``min_draws`` are drawn and
+    the standard error is at most ``precision`` (or ``max_draws`` is reached: ``reached`` False and a note).
+    ``option_orders`` (optional) only names the pool in the result; ``max_outcomes=0`` forces Monte-Carlo.
     """
     p, v, reading, t = _inputs(probs, values, reading, temperature)
     k = _check_k(k, p.shape[1], replace)
@@ -160,11 +210,18 @@ def random_expectation(probs, values, statistic, *, k: int, reading: str = "gree
     if int(min_draws) < 2 or int(max_draws) < int(min_draws) or int(batch) < 1:
         raise StatsError(f"need 2 <= min_draws <= max_draws and batch >= 1, got {min_draws}, {max_draws}, "
                          f"{batch}")
+    if int(max_outcomes) != max_outcomes or max_outcomes < 0:
+        raise StatsError(f"max_outcomes must be a non-negative integer (0: always Monte-Carlo), got "
+                         f"{max_outcomes!r}")
     pool = "the table's rows" if option_orders is None else pool_kind(option_orders)
+    common = dict(k=k, replace=bool(replace), reading=reading, temperature=t, pool=pool)
     if linear:
         value = float(np.asarray(statistic(random_item_scores(p, v, reading=reading, temperature=t)[None]))[0])
-        return ExpectationResult(value, 0.0, float("nan"), True, 0, 0, float(precision), True, k, bool(replace),
-                                 reading, t, pool, "closed form (statistic declared affine in the scores)")
+        return ExpectationResult(value, 0.0, float("nan"), True, 0, 0, float(precision), True, note="closed form "
+                                 "(statistic declared affine in the scores)", **common)
+    supports = item_outcomes(p, v, k=k, reading=reading, temperature=t, replace=replace, limit=max_outcomes)
+    if supports is not None:
+        return _enumerated(supports, statistic, float(precision), common)
     gen = as_rng(rng)
     vals: list[np.ndarray] = []
     undefined = 0
@@ -183,11 +240,73 @@ def random_expectation(probs, values, statistic, *, k: int, reading: str = "gree
                                "max_draws or accept a larger error")
     if not allv.size:
         return ExpectationResult(float("nan"), float("nan"), float("nan"), False, drawn, undefined,
-                                 float(precision), False, k, bool(replace), reading, t, pool,
-                                 "the statistic is undefined in every draw")
+                                 float(precision), False, note="the statistic is undefined in every draw", **common)
     return ExpectationResult(float(allv.mean()), se, float(allv.std(ddof=1)) if allv.size >= 2 else 0.0, False,
-                             drawn, undefined, float(precision), reached, k, bool(replace), reading, t, pool,
-                             note)
+                             drawn, undefined, float(precision), reached, note=note, **common)
+
+
+def item_outcomes(probs, values, *, k: int, reading: str = "greedy", temperature: float = 1.0,
+                  replace: bool = True, limit: int = MAX_OUTCOMES):
+    """Each item's exact distribution of its RANDOM(K) mean score, ``[(support, probabilities)]`` per item, or
+    None when the joint outcomes (the product of the support sizes) exceed ``limit`` or cannot be enumerated
+    cheaply (K > 1 drawn without replacement). Greedy / expected: the item's distinct prompt scores, each with
+    the share of the item's rows that give it; 'sampled': each draw's answer is random too (the mixture of the
+    rows' tempered distributions). K > 1 (with replacement): the mean of K independent such draws
+    (:func:`mean_answer_distribution`, whose sums are rounded at 1e-9 so that equal means merge: exact for
+    integer-valued greedy scores, within 1e-9 of each mean otherwise)."""
+    p, v, reading, t = _inputs(probs, values, reading, temperature)
+    k = _check_k(k, p.shape[1], replace)
+    if limit < 1 or (k > 1 and not replace):
+        return None
+    if reading == "sampled":
+        rows = tempered(p, t).mean(axis=1)  # [items, options]: one draw = a row, then its answer
+        per_item = [(v, r) for r in rows]
+    else:
+        s = np.round(read_scores(p, v, reading=reading), 12)  # [items, pool]
+        per_item = []
+        for row in s:
+            support, counts = np.unique(row, return_counts=True)
+            per_item.append((support, counts / row.size))
+    out, total = [], 1
+    for support, prob in per_item:
+        if k > 1:
+            grid = np.unique(support)
+            dist = np.zeros(grid.size)
+            np.add.at(dist, np.searchsorted(grid, support), prob)
+            support, prob = mean_answer_distribution(np.tile(dist, (k, 1)), grid, max_support=limit)
+        keep = prob > 0
+        out.append((support[keep], prob[keep]))
+        total *= int(keep.sum())
+        if total > limit:
+            return None
+    return out
+
+
+def _enumerated(supports, statistic, precision: float, common: dict, chunk: int = 20000) -> ExpectationResult:
+    """The exact expectation over every joint outcome of the items' ``supports`` (probability-weighted, in
+    chunks of ``chunk`` outcomes), conditional on a defined statistic; ``sd`` is its exact spread over draws."""
+    sizes = [len(a) for a, _ in supports]
+    total = math.prod(sizes)
+    mass = first = second = 0.0
+    undefined, undefined_mass = 0, 0.0
+    for start in range(0, total, chunk):
+        digits = np.unravel_index(np.arange(start, min(start + chunk, total)), sizes)
+        x = np.stack([a[d] for (a, _), d in zip(supports, digits)], axis=1)  # [outcomes, items]
+        w = np.prod(np.stack([pr[d] for (_, pr), d in zip(supports, digits)], axis=1), axis=1)
+        r = np.asarray(statistic(x), dtype=np.float64).reshape(-1)
+        ok = np.isfinite(r)
+        undefined += int((~ok).sum())
+        undefined_mass += float(w[~ok].sum())
+        mass, first, second = mass + w[ok].sum(), first + w[ok] @ r[ok], second + w[ok] @ (r[ok] ** 2)
+    note = f"exact: every one of the {total:,} joint outcomes of the draws enumerated"
+    if not mass > 0:
+        return ExpectationResult(float("nan"), float("nan"), float("nan"), True, total, undefined, precision,
+                                 True, note=note + "; the statistic is undefined in every outcome", **common)
+    if undefined:
+        note += f" (undefined with probability {undefined_mass:.3g}: the value is conditional on a defined one)"
+    mean = first / mass
+    return ExpectationResult(float(mean), 0.0, float(np.sqrt(max(second / mass - mean ** 2, 0.0))), True, total,
+                             undefined, precision, True, note=note, **common)
 
 
 def _item_support(s: np.ndarray, q: np.ndarray | None, v: np.ndarray, k: int, replace: bool):

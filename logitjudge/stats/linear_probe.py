@@ -154,7 +154,7 @@ def linear_summary(hidden, layers, probs, option_orders, *, l2: float = 1.0, n_f
     ly = np.asarray(layers)
     if (I, K) != p.shape[:2] or sites != 1 + n or ly.shape != (Lh,):
         raise ShapeError(f"hidden {h.shape} must be (I, K, {len(ly)} layers, 1 + n, d) for probs {p.shape}")
-    orders = check_orders(option_orders, K, n)
+    orders = check_orders(option_orders, K, n, n_items=I)
     rng = as_rng(rng)
     opt, pos = chosen_option(p, orders)
     groups = np.repeat(np.arange(I), K)

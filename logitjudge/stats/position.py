@@ -18,14 +18,13 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from ..orderings import inverse
 from ._result import (
     BALANCED,
     FIXED,
     PER_ITEM_RANDOM,
-    RANDOM,
+    SHARED_RANDOM,
     ConfoundedDesignError,
     ConfoundedDesignWarning,
     DesignError,
@@ -48,9 +47,9 @@ from ._result import (
     percentile_ci,
     softmax,
 )
-from .readings import check_reading, draw_answers, tempered
-
-LABELS = ("first", "last", "edges", "middle", "mixed", "none")
+from .clustered import bootstrap_v_and_shares, cramers_v_corrected, cramers_v_gof, rao_scott_chisquare
+from .direction import direction
+from .readings import check_reading, one_answer, tempered
 
 
 def probs_by_position(probs, option_orders) -> np.ndarray:
@@ -136,15 +135,24 @@ def position_distribution(pbp, *, reading: str = "expected", temperature: float 
 # ---- chi-square goodness of fit on chosen positions --------------------------------------------------------
 @dataclass(frozen=True)
 class PositionChiSquareResult(Result):
-    """Chi-square goodness of fit of the chosen positions against uniform, Cramér's V and a direction label.
+    """Goodness of fit of the chosen positions against uniform with items as the unit, Cramér's V and a
+    direction label.
 
-    ``counts[position]``: how many prompts chose each position (``reading`` 'greedy': the argmax, ties split;
-    'sampled': one seeded run of a judge sampling at ``temperature``); ``expected_shares``: the exact
-    expected share of each position under the reading (for 'sampled' the mean tempered probability, which the
-    shares of a sampling run scatter around). ``favoured``: the positions whose share's bootstrap CI lies above
-    1/n (without a bootstrap: above 1/n and tied with the largest share). ``label``
-    (see :func:`position_label`) is 'first' / 'last' / 'edges' / 'middle' / 'mixed' when the test rejects at
-    ``alpha`` and some position is favoured, else 'none'; ``label_reason`` says why and quotes the counts.
+    ``counts[position]``: how many prompts chose each position (``reading`` 'greedy': the argmax, exact ties
+    split; 'sampled': one seeded run of a judge sampling at ``temperature``). ``statistic``: Pearson's X² of the
+    pooled counts (``dof`` = n - 1). ``pvalue``: Rao-Scott's second-order test with items as clusters
+    (:func:`~logitjudge.stats.rao_scott_chisquare`, defined in :mod:`logitjudge.stats.clustered`:
+    ``statistic_corrected`` on ``dof_corrected`` = d degrees of freedom, referred to F(d, d (``n_items`` - 1));
+    ``design_effect`` is how many times the pooled shares vary more than independent prompts') - the p-value
+    every verdict uses. ``pvalue_per_prompt``: the plain χ² p-value with prompts treated as
+    independent, kept for comparison only (an item's orderings are correlated, so it is far too small).
+    ``cramers_v``: bias-corrected (:func:`~logitjudge.stats.cramers_v_corrected`, items as clusters), with a
+    percentile bootstrap CI over items that can reach 0; ``cramers_v_raw``: the uncorrected sqrt(X²/(N(n-1))).
+    ``expected_shares``: the exact expected share of each position under the reading. ``favoured``: the
+    positions (1..n, as a person counts them) whose share's bootstrap CI lies above 1/n (without a bootstrap:
+    above 1/n and tied with the largest share); ``favoured_index`` the same 0-based. ``label``
+    (:func:`position_label`): 'first' / 'last' / 'edges' / 'middle' / 'mixed' when ``pvalue`` < ``alpha`` and
+    some position is favoured, else 'none'; ``label_reason`` says why and quotes the counts.
     """
 
     statistic: float
@@ -168,14 +176,14 @@ class PositionChiSquareResult(Result):
     expected_shares: np.ndarray | None = None
     favoured: tuple[int, ...] = ()
     temperature: float = 1.0
-
-
-def cramers_v_gof(chi2, n, k):
-    """Cramér's V for a goodness-of-fit test: sqrt(chi2 / (N (k - 1)))."""
-    chi2, n = as_float(chi2, "chi2"), as_float(n, "n")
-    if k < 2 or np.any(n <= 0) or np.any(chi2 < 0):
-        raise StatsError(f"Cramér's V needs chi2 >= 0, N > 0 and k >= 2 categories, got k={k}")
-    return np.sqrt(chi2 / (n * (k - 1)))
+    pvalue_per_prompt: float = float("nan")
+    statistic_corrected: float = float("nan")
+    dof_corrected: float = float("nan")
+    design_effect: float = float("nan")
+    cramers_v_raw: float = float("nan")
+    favoured_index: tuple[int, ...] = ()
+    n_items: int = 0
+    test: str = "Rao-Scott second-order χ² referred to F(d, d(C-1)), C items as clusters"
 
 
 def chosen_positions(pbp, *, reading: str = "greedy", temperature: float = 1.0, rng=None,
@@ -184,122 +192,64 @@ def chosen_positions(pbp, *, reading: str = "greedy", temperature: float = 1.0, 
 
     'greedy' ('argmax'): the most probable position; exact ties split the prompt equally between the tied
     positions (a first-index tie-break would itself favour position 0). 'sampled' ('draw'): one position drawn
-    from the tempered distribution with ``rng`` (one run of a sampling judge).
+    from the tempered distribution with ``rng`` (one run of a sampling judge). The reading of any label
+    distribution: :func:`~logitjudge.stats.readings.one_answer`.
     """
     a = _pbp(pbp)
-    reading = check_reading(reading, allow_draw=True)
-    if reading == "greedy":
-        top = (a >= a.max(axis=2, keepdims=True) - tol).astype(np.float64)
-        return top / top.sum(axis=2, keepdims=True)
-    if reading == "expected":
+    if check_reading(reading, allow_draw=True) == "expected":
         raise StatsError("chosen positions need an answered label: reading='greedy' or 'sampled' (the "
                          "probability mass by position is position_distribution)")
-    return np.eye(a.shape[2])[draw_answers(tempered(a, temperature), rng)]
+    return one_answer(a, reading=reading, temperature=temperature, rng=rng, tol=tol)
 
 
-def _check_design(design: str, allow_confounded: bool, what: str) -> None:
+def _check_design(design: str, allow_confounded: bool, what: str, *, n_prompts: int | None = None,
+                  n_places: int | None = None, unit: str = "item", things: str = "options",
+                  place: str = "position") -> None:
+    """The designs a position test of ``what`` accepts (the rubric test; the paradigms' slot tests with
+    ``unit`` 'group', ``things`` 'candidates', ``place`` 'slot'): FIXED and one random set shared by every
+    ``unit`` confound content with position (DesignError / ConfoundedDesignError; ``allow_confounded``
+    computes them with a ConfoundedDesignWarning); per-``unit`` random orders need an expected count of 5 per
+    ``place`` (``n_prompts`` >= 5 ``n_places``; InsufficientDataError)."""
     if design == FIXED:
         if not allow_confounded:
-            raise DesignError(f"{what}: the orderings are FIXED (every prompt shows the options in the same "
+            raise DesignError(f"{what}: the orderings are FIXED (every prompt shows the {things} in the same "
                               "order), so score and position are confounded; score under balanced orderings, "
                               "or pass allow_confounded=True to compute it anyway")
         warnings.warn(f"{what} on a FIXED design: position is confounded with content",
                       ConfoundedDesignWarning, stacklevel=3)
-    elif design == RANDOM:
+    elif design == SHARED_RANDOM:
         if not allow_confounded:
             raise ConfoundedDesignError(
-                f"{what}: the random orders are shared by every item, so content and position are confounded "
-                "(a judge that always picks the same option is mapped onto the positions those few orders put "
-                "it at, and reads as a position bias); score with per-item random orders (random:K), balanced "
-                "or all orders, or pass allow_confounded=True to compute it anyway")
+                f"{what}: the random orders are shared by every {unit}, so content and position are confounded "
+                f"(a judge that always picks the same {things[:-1]} is mapped onto the positions those few orders "
+                f"put it at, and reads as a position bias); score with per-{unit} random orders (random:K), "
+                "balanced or all orders, or pass allow_confounded=True to compute it anyway")
         warnings.warn(f"{what} on a shared random design: content and position are confounded",
                       ConfoundedDesignWarning, stacklevel=3)
-
-
-def _favoured(counts, ci_low, alpha: float) -> np.ndarray:
-    """Positions favoured by the judge. With bootstrap CIs: those whose share's CI lies above 1/n. Without:
-    those whose share is above 1/n and not significantly below the largest share (two-sided z-test at
-    ``alpha`` on the difference of two multinomial counts), so that positions tied at the top stay together
-    (a U-shape is both ends, not the first of them)."""
-    counts = np.asarray(counts, dtype=np.float64)
-    n = counts.size
-    low = np.asarray(ci_low, dtype=np.float64)
-    if np.all(np.isfinite(low)):
-        return low > 1.0 / n
-    total = counts.sum()
-    top = counts.max()
-    p_top, p = top / total, counts / total
-    sd = np.sqrt(np.maximum(total * (p_top + p - (p_top - p) ** 2), 1e-300))
-    tied_with_top = (top - counts) / sd < sps.norm.ppf(1.0 - alpha / 2)
-    return tied_with_top & (p > 1.0 / n)
-
-
-def _shape_label(fav: np.ndarray) -> str:
-    """'first' (a block starting at position 0), 'last' (a block ending at n-1), 'edges' (both ends), 'middle'
-    (a contiguous interior block), 'mixed' (anything else)."""
-    n = fav.size
-    pos = np.flatnonzero(fav)
-    if fav[0] and fav[-1]:
-        return "edges"
-    contiguous = pos.size and np.all(np.diff(pos) == 1)
-    if fav[0] and contiguous:
-        return "first"
-    if fav[-1] and contiguous:
-        return "last"
-    if contiguous and 0 < pos[0] and pos[-1] < n - 1:
-        return "middle"
-    return "mixed"
-
-
-def position_label(shares, ci_low, pvalue: float, alpha: float, *, counts=None) -> tuple[str, str]:
-    """Direction label from the shares, their CI lower bounds and the test's p-value.
-
-    'none' unless the test rejects at ``alpha`` and some position is favoured (see ``_favoured``: the share's CI
-    lies above 1/n, or without CIs the share is above 1/n and tied with the largest one given ``counts``). The
-    favoured set is then 'first' (a block from position 0), 'last' (a block ending at the last position),
-    'edges' (both ends favoured: a U-shape), 'middle' (an interior block) or 'mixed'. The reason quotes the
-    counts the verdict rests on.
-    """
-    shares = as_float(shares, "shares")
-    n = shares.size
-    if shares.ndim != 1 or n < 2 or not isinstance(pvalue, (int, float, np.number)):
-        raise StatsError(f"position_label needs >= 2 shares and a numeric p-value, got {n} and {pvalue!r}")
-    cnt = shares if counts is None else as_float(counts, "counts")
-    if cnt.shape != shares.shape:
-        raise ShapeError(f"counts has shape {cnt.shape}, expected {shares.shape} (one per position)")
-    low = as_float(ci_low, "ci_low")
-    if low.shape != shares.shape:
-        raise ShapeError(f"ci_low has shape {low.shape}, expected {shares.shape} (one per position)")
-    quote = f"; counts by position {np.round(cnt, 2).tolist()}" if counts is not None else ""
-    if not pvalue < alpha:
-        return "none", f"not significant (p = {pvalue:.3g} >= alpha = {alpha}){quote}"
-    low = np.asarray(ci_low, dtype=np.float64)
-    has_ci = bool(np.all(np.isfinite(low)))
-    if not has_ci and counts is None:  # no CI and no counts: the largest share(s), tied ones together
-        fav = (shares >= shares.max()) & (shares > 1.0 / n)
-    else:
-        fav = _favoured(cnt, low, alpha)
-    if not fav.any():
-        return "none", (f"significant, but no position's share lies above 1/{n}"
-                        + (" (CI lower bounds)" if has_ci else "") + quote)
-    label = _shape_label(fav)
-    how = "a share whose CI lies above" if has_ci else "the largest share (or one tied with it), above"
-    return label, f"positions {np.flatnonzero(fav).tolist()} have {how} 1/{n}{quote}"
+    elif design == PER_ITEM_RANDOM and n_prompts is not None and n_prompts < 5 * n_places:
+        raise InsufficientDataError(f"{what} on per-{unit} random orders needs an expected count of at least 5 "
+                                    f"per {place} ({5 * n_places} prompts); the table has {n_prompts}: score "
+                                    f"more {unit}s or more orders per {unit}")
 
 
 def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperature: float = 1.0,
                        alpha: float = 0.05, n_boot: int = 1000, confidence: float = 0.95, rng=None,
                        allow_confounded: bool = False) -> PositionChiSquareResult:
-    """Chi-square test (``scipy.stats.chisquare``) that the chosen positions are uniform.
+    """Test that the chosen positions are uniform, with items as the unit (see
+    :class:`PositionChiSquareResult`).
 
-    Valid designs only. Balanced (every option at every position equally often for every item; all n!
-    orders included): a judge without position preference chooses every position equally often, so the test is
-    valid (and conservative: counts are less variable than multinomial). Per-item random orders: each prompt's
-    chosen position is then uniform and independent under the null, so the counts are multinomial; the
-    chi-square approximation needs an expected count of at least 5 per position (InsufficientDataError
-    otherwise). A random set shared by every item confounds content and position (ConfoundedDesignError), as
-    does a FIXED design (DesignError); ``allow_confounded=True`` computes them anyway with a warning.
-    Cramér's V and the position shares get percentile bootstrap CIs over items (``n_boot=0`` skips them).
+    The verdict's p-value is Rao-Scott's second-order correction of Pearson's X² with items as clusters,
+    referred to F(d, d (C - 1)) (:func:`~logitjudge.stats.rao_scott_chisquare`; the definition, and why
+    Rao-Scott rather than a permutation of position labels within items, are in
+    :mod:`logitjudge.stats.clustered`): an item's prompts share its content, so they are not independent draws,
+    and the null is the study's - no position preference shared by the items (the mean share of each position
+    over items is 1/n; an item may prefer a position of its own).
+    Valid designs: balanced (every option at every position equally often for every item; all n! orders
+    included) and per-item random orders (which need an expected count of at least 5 per position:
+    InsufficientDataError otherwise). A random set shared by every item confounds content and position
+    (ConfoundedDesignError), as does a FIXED design (DesignError); ``allow_confounded=True`` computes them
+    anyway with a warning. Cramér's V (bias-corrected) and the position shares get percentile bootstrap CIs
+    over items (``n_boot=0`` skips them).
     """
     a = _pbp(pbp)
     orders = check_orders(option_orders, a.shape[1], a.shape[2], n_items=a.shape[0])
@@ -307,35 +257,24 @@ def position_chisquare(pbp, option_orders, *, reading: str = "greedy", temperatu
     reading = check_reading(reading, allow_draw=True)
     rng = as_rng(rng)
     design = detect_design(orders)
-    _check_design(design, allow_confounded, "position chi-square")
     k = a.shape[2]
-    if design == PER_ITEM_RANDOM and a.shape[0] * a.shape[1] < 5 * k:
-        raise InsufficientDataError(f"position chi-square on per-item random orders needs an expected count of "
-                                    f"at least 5 per position ({5 * k} prompts); the table has "
-                                    f"{a.shape[0] * a.shape[1]}: score more items or more orders per item")
+    _check_design(design, allow_confounded, "position chi-square", n_prompts=a.shape[0] * a.shape[1], n_places=k)
+    need_items(a.shape[0], 2, "the position test with items as clusters")
     per_item = chosen_positions(a, reading=reading, temperature=temperature, rng=rng).sum(axis=1)
     exp_share = (chosen_positions(a) if reading == "greedy" else tempered(a, temperature)).mean(axis=(0, 1))
     counts = per_item.sum(axis=0)
     n_total = float(counts.sum())
-    test = sps.chisquare(counts)
-    chi2, p = float(test.statistic), float(test.pvalue)
-    v = float(cramers_v_gof(chi2, n_total, k))
+    rs = rao_scott_chisquare(per_item)
+    v = cramers_v_corrected(rs.statistic, n_total, k, design_effect=rs.design_effect)
     share = counts / n_total
-    if n_boot:
-        need_items(a.shape[0], 2, "a bootstrap CI over items")
-        cb = bootstrap_weights(a.shape[0], n_boot, rng) @ per_item
-        exp = n_total / k  # every item contributes the same number of prompts, so N is fixed across resamples
-        vb = cramers_v_gof(((cb - exp) ** 2 / exp).sum(axis=1), n_total, k)
-        v_lo, v_hi = percentile_ci(vb, confidence)
-        s_lo, s_hi = percentile_ci(cb / n_total, confidence)
-    else:
-        v_lo = v_hi = float("nan")
-        s_lo = s_hi = np.full(k, np.nan)
-    label, why = position_label(share, s_lo, p, alpha, counts=counts)
-    fav = tuple(int(j) for j in np.flatnonzero(_favoured(counts, s_lo, alpha))) if label != "none" else ()
-    return PositionChiSquareResult(chi2, p, k - 1, n_total, counts, np.full(k, n_total / k), share, s_lo,
-                                   s_hi, v, v_lo, v_hi, label, why, design, reading, float(alpha), confidence,
-                                   exp_share, fav, float(temperature))
+    v_lo, v_hi, s_lo, s_hi = bootstrap_v_and_shares(per_item, n_boot, confidence, rng)
+    label, why, fav = direction(share, s_lo, rs.pvalue, alpha, counts=counts, design_effect=rs.design_effect)
+    return PositionChiSquareResult(rs.statistic, rs.pvalue, k - 1, n_total, counts, np.full(k, n_total / k), share,
+                                   s_lo, s_hi, v, v_lo, v_hi, label, why, design, reading, float(alpha), confidence,
+                                   exp_share, tuple(j + 1 for j in fav), float(temperature),
+                                   rs.pvalue_per_prompt, rs.statistic_corrected, rs.dof_corrected,
+                                   rs.design_effect, float(cramers_v_gof(rs.statistic, n_total, k)),
+                                   fav, a.shape[0])
 
 
 # ---- log-linear position-effect model ----------------------------------------------------------------------
@@ -375,6 +314,15 @@ def _position_design(orders: np.ndarray) -> np.ndarray:
     return _double_centre(np.moveaxis(onehot, 2, 0)).reshape(n, k * n).T
 
 
+def _identifiable(design: np.ndarray, n: int) -> bool:
+    """Whether the stacked double-centred position indicators ``design[rows, n]`` have rank n - 1 (the biases
+    less their mean). The rank counts singular values above 1e-9 sqrt(rows): an identifiable design's are of order
+    sqrt(rows) (a balanced one's all sqrt(K)), while a FIXED design's are rounding noise (~1e-16 sqrt(rows)),
+    which ``numpy.linalg.matrix_rank``'s tolerance, relative to the largest of them, reads as full rank."""
+    design = design.reshape(-1, n)
+    return int(np.linalg.matrix_rank(design, tol=1e-9 * np.sqrt(design.shape[0]))) >= n - 1
+
+
 def fit_position_effect(probs, option_orders, *, n_boot: int = 1000, confidence: float = 0.95, rng=None,
                         floor: float = 1e-12) -> PositionEffectResult:
     """Exact least-squares fit of per-position log biases from canonical ``probs[item, ordering, option]``.
@@ -397,7 +345,7 @@ def fit_position_effect(probs, option_orders, *, n_boot: int = 1000, confidence:
     y = _double_centre(np.log(np.maximum(p, floor))).reshape(i, k * n)
     if orders.ndim == 2:
         x = _position_design(orders)
-        if np.linalg.matrix_rank(x) < n - 1:
+        if not _identifiable(x, n):
             raise DesignError("position bias is not identifiable from these orderings (a FIXED design, or too "
                               "little variation in where each option is shown); score under balanced or random "
                               "orderings")
@@ -406,7 +354,7 @@ def fit_position_effect(probs, option_orders, *, n_boot: int = 1000, confidence:
     else:  # per-item orders: one least-squares fit pooled over items (each item's design is its own)
         xs = np.stack([_position_design(o) for o in orders])  # [items, K*n, n]
         gram, rhs = np.einsum("ikn,ikm->inm", xs, xs), np.einsum("ikn,ik->in", xs, y)
-        if np.linalg.matrix_rank(gram.sum(axis=0)) < n - 1:
+        if not _identifiable(xs, n):
             raise DesignError("position bias is not identifiable from these per-item orderings (every item "
                               "shows each option at the same position); score random or balanced orders")
         per_item = None

@@ -2,7 +2,8 @@
 preference appears along the layers (logit lens), which heads attend by position or follow the chosen content
 (attention), which sites carry the choice (order-swap patching).
 
-Pure functions on arrays (canonical option order on the last axis, ``option_orders[K, n]`` shared by the items);
+Pure functions on arrays (canonical option order on the last axis, ``option_orders[K, n]`` shared by the items
+or ``[I, K, n]`` per item);
 bootstrap CIs resample items (``rng``); bad input raises :class:`StatsError`. The linear probes are in
 :mod:`.linear_probe`.
 """
@@ -51,9 +52,14 @@ def chosen_option(probs, option_orders) -> tuple[np.ndarray, np.ndarray]:
     """``(option, position)``, each (I, K): the canonical option each prompt ranks first in ``probs[I, K, n]``
     (argmax, first index on an exact tie) and the position it is shown at under ``option_orders``."""
     p = _probs(probs, "probs", 3, "[items, orderings, options]")
-    orders = check_orders(option_orders, p.shape[1], p.shape[2])
+    orders = _per_item(check_orders(option_orders, p.shape[1], p.shape[2], n_items=p.shape[0]))
     opt = p.argmax(axis=-1)
-    return opt, np.argmax(orders[None] == opt[..., None], axis=-1)
+    return opt, np.argmax(orders == opt[..., None], axis=-1)
+
+
+def _per_item(orders: np.ndarray) -> np.ndarray:
+    """(1, K, n) for shared orders, (I, K, n) per item: indexed the same way, broadcast over the items."""
+    return orders[None] if orders.ndim == 2 else orders
 
 
 # ---- logit lens --------------------------------------------------------------------------------------------
@@ -97,7 +103,8 @@ class LensPositionResult(Result):
 
     ``log_odds[l, p]``: the log-space position effect of :func:`fit_position_effect` (log-probability an option
     gains at position p over its average elsewhere; bootstrap CIs over items); ``chi2/pvalue/cramers_v/shares``:
-    :func:`position_chisquare` on the lens's chosen positions (argmax of each layer's option distribution);
+    :func:`position_chisquare` (p with items as clusters, bias-corrected V) on the lens's chosen positions
+    (argmax of each layer's option distribution);
     ``pvalue_holm``: Holm-adjusted over the layers; ``share_of_final[l]``: the projection of layer l's effect on
     the last layer's, ``<log_odds[l], log_odds[-1]> / |log_odds[-1]|^2`` (1: the output's preference in full,
     0: none of it, < 0: the opposite positions); ``emerges_at``: :func:`preference_onset` with ``alpha`` and
@@ -121,7 +128,7 @@ def lens_position_effect(lens_probs, option_orders, *, alpha: float = 0.05, frac
                          n_boot: int = 1000, confidence: float = 0.95, rng=None) -> LensPositionResult:
     """Position preference of each layer's lens, ``lens_probs[item, ordering, layer, option]`` (canonical)."""
     p = _probs(lens_probs, "lens_probs", 4, "[items, orderings, layers, options]")
-    orders = check_orders(option_orders, p.shape[1], p.shape[3])
+    orders = check_orders(option_orders, p.shape[1], p.shape[3], n_items=p.shape[0])
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     rng = as_rng(rng)
     boot = n_boot if p.shape[0] >= 2 else 0
@@ -149,9 +156,10 @@ class AttentionSummary(Result):
     ``by_position[L, H, p]``: on the whole option line shown at position p (line + its end); ``end_by_position``:
     on its last token only; ``by_option[L, H, o]``: on the line of canonical option o wherever it is shown;
     ``other[L, H, 3]``: instructions, text, rest. ``position_index[L, H]``: the largest mean over items of a
-    position's share of the head's option-line mass, minus 1/n (0: no position favoured), ``top_position`` the
-    position, CI over items of the same mean. ``follows_choice[L, H]``: mass on the chosen option's line minus
-    the mean on the other lines (> 0: the head follows the content the model picks, in whatever position)."""
+    position's share of the head's option-line mass, minus 1/n (0: no position favoured), CI over items of the
+    same mean; ``top_position_index[L, H]`` that position, 0-based (a person's position is it + 1).
+    ``follows_choice[L, H]``: mass on the chosen option's line minus the mean on the other lines (> 0: the head
+    follows the content the model picks, in whatever position)."""
 
     by_position: np.ndarray
     by_position_ci: tuple
@@ -160,7 +168,7 @@ class AttentionSummary(Result):
     other: np.ndarray
     position_index: np.ndarray
     position_index_ci: tuple
-    top_position: np.ndarray
+    top_position_index: np.ndarray
     follows_choice: np.ndarray
     follows_choice_ci: tuple
 
@@ -174,12 +182,12 @@ def attention_summary(attention, option_orders, probs, *, n_boot: int = 1000, co
     n = p.shape[2]
     if a.shape[:2] != p.shape[:2] or a.shape[4] != 2 * n + 3:
         raise ShapeError(f"attention {a.shape} must be (I, K, L, H, 2n + 3) for probs {p.shape}")
-    orders = check_orders(option_orders, p.shape[1], n)
+    orders = check_orders(option_orders, p.shape[1], n, n_items=p.shape[0])
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     rng = as_rng(rng)
     lines = a[..., :n] + a[..., n:2 * n]  # (I, K, L, H, n) by position
-    inv = np.argsort(orders, axis=1)  # (K, n): position of canonical option o
-    by_opt = np.take_along_axis(lines, inv[None, :, None, None, :], axis=-1)
+    inv = np.argsort(_per_item(orders), axis=-1)  # (1 or I, K, n): position of canonical option o
+    by_opt = np.take_along_axis(lines, inv[:, :, None, None, :], axis=-1)
     opt, _ = chosen_option(p, orders)
     on_chosen = np.take_along_axis(by_opt, opt[:, :, None, None, None], axis=-1)[..., 0]
     follows = on_chosen - (by_opt.sum(-1) - on_chosen) / (n - 1)  # (I, K, L, H)
@@ -207,8 +215,9 @@ class PatchSummary(Result):
     (TV > ``tol``) — 1: the target now answers like the source, 0: no effect (CI over items);
     ``follows_content``: share of those patched runs whose top option is the source's top option;
     ``follows_position``: share whose top option is the one the target shows at the position of the source's
-    top option; ``keeps_target``: share that keep the target's top option. ``preferred_position``: the position
-    the model favours (largest mean probability by position over every item and ordering of ``clean``);
+    top option; ``keeps_target``: share that keep the target's top option. ``preferred_position_index``: the
+    position the model favours, 0-based (largest mean probability by position over every item and ordering of
+    ``clean``);
     ``preference_drop``: mean over items and all pairs of P_target(option at that position) −
     P_patched(option at that position) (> 0: the site's output in the target carried part of its preference
     for that position; CI over items)."""
@@ -223,7 +232,7 @@ class PatchSummary(Result):
     follows_position: np.ndarray
     keeps_target: np.ndarray
     n_pairs: int
-    preferred_position: int
+    preferred_position_index: int
     preference_drop: np.ndarray
     preference_drop_ci: tuple
 
@@ -254,7 +263,7 @@ def patch_summary(clean, patched, pairs, option_orders, *, site_layer, site_kind
                          f"and {len(layer)} sites")
     if pr.size and (pr.min() < 0 or pr.max() >= K) or np.any((kind < 0) | (kind >= len(SITE_KINDS))):
         raise StatsError(f"pairs must index the {K} orderings and site_kind the kinds {list(SITE_KINDS)}")
-    orders = check_orders(option_orders, K, n)
+    orders = check_orders(option_orders, K, n, n_items=I)
     n_boot, confidence = check_n_boot(n_boot), check_confidence(confidence)
     need_items(I, 1, "patch_summary")
     rng = as_rng(rng)
@@ -269,15 +278,16 @@ def patch_summary(clean, patched, pairs, option_orders, *, site_layer, site_kind
         (np.full(len(layer), np.nan),) * 3
     top = pat.argmax(-1)  # (I, P, S)
     s_top, t_top = ps.argmax(-1), pt.argmax(-1)  # (I, P)
-    pos_s = np.argmax(orders[src][None] == s_top[..., None], axis=-1)  # position in the source
-    at_pos = orders[tgt][np.arange(len(tgt))[None], pos_s]  # target's option at that position
+    o3 = _per_item(orders)  # (1 or I, K, n)
+    pos_s = np.argmax(o3[:, src] == s_top[..., None], axis=-1)  # position in the source
+    at_pos = np.take_along_axis(o3[:, tgt], pos_s[..., None], axis=-1)[..., 0]  # target's option at that position
 
     def share(x):
         return (x * ok[..., None]).sum((0, 1)) / max(ok.sum(), 1)
 
     pref = int(probs_by_position(c, orders).mean((0, 1)).argmax())
-    opt_at_pref = orders[tgt, pref]  # (P,) canonical option each target shows at the preferred position
-    at_pref = opt_at_pref[None, :, None, None]
+    opt_at_pref = o3[:, tgt, pref]  # (1 or I, P) canonical option each target shows at the preferred position
+    at_pref = opt_at_pref[:, :, None, None]
     drop = np.take_along_axis(pt[:, :, None], at_pref, -1) - np.take_along_axis(pat, at_pref, -1)  # (I, P, S, 1)
     drop = drop[..., 0]
     d, d_lo, d_hi = _mean_ci(drop.mean(1), n_boot, rng, confidence)  # drop: (I, P, S)

@@ -63,6 +63,35 @@ def answer_probs(probs, *, reading: str, temperature: float = 1.0) -> np.ndarray
                      "sampled for statistics on the answered label")
 
 
+def answer_weights(probs, *, reading: str, temperature: float = 1.0, tol: float = 1e-12) -> np.ndarray:
+    """``[..., label]`` weight of each label as the judge's answer: greedy: the argmax, an exact tie (within
+    ``tol``) split equally between the tied labels (a first-index tie-break would itself favour label 0);
+    sampled: the tempered distribution (the expected answer of a sampling judge)."""
+    p = as_float(probs, "probs")
+    reading = check_reading(reading)
+    if reading == "greedy":
+        top = (p >= p.max(axis=-1, keepdims=True) - tol).astype(np.float64)
+        return top / top.sum(axis=-1, keepdims=True)
+    if reading == "sampled":
+        return tempered(p, temperature)
+    raise StatsError("the 'expected' reading is a probability-weighted score, not one answer; use greedy or "
+                     "sampled for answered labels")
+
+
+def one_answer(probs, *, reading: str, temperature: float = 1.0, rng=None, tol: float = 1e-12) -> np.ndarray:
+    """``[..., label]`` the answer of one run of the judge to each prompt: greedy: :func:`answer_weights` (exact
+    ties split); sampled ('draw'): one-hot of one label drawn from the tempered distribution with ``rng`` (one
+    seeded run of a sampling judge)."""
+    reading = check_reading(reading, allow_draw=True)
+    if reading == "greedy":
+        return answer_weights(probs, reading="greedy", tol=tol)
+    if reading == "expected":
+        raise StatsError("an answered label needs reading='greedy' or 'sampled' (the 'expected' reading is a "
+                         "probability-weighted score, not one answer)")
+    p = as_float(probs, "probs")
+    return np.eye(p.shape[-1])[draw_answers(tempered(p, temperature), rng)]
+
+
 def draw_answers(probs, rng=None) -> np.ndarray:
     """One option index drawn from every distribution ``probs[..., option]`` -> ``[...]`` (inverse CDF)."""
     p = as_float(probs, "probs")

@@ -4,7 +4,7 @@ A linear-attention layer has no key/value cache: its "prefix cache" is its state
 recurrent matrix (Hv, Dk, Dv) and the convolution window (C, K - 1) (the last K - 1 inputs of the causal depthwise
 convolution). A trie node holds that state once; each child continues from its parent's state (expanded per row:
 it is small and not written to). The full-attention layers of the same model keep the shared KV of
-:mod:`logitjudge.forward`.
+:mod:`.shared`.
 
 Right-padded rows: a batch holds segments of different lengths. The state a child needs is the one after its
 parent's *real* tokens, so at padded positions the decay is set to 1 (g = 0) and the write strength to 0
@@ -23,30 +23,11 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from ..features import linear_layer_indices
+from ..prefix import RecurrentState
+
 LINEAR_CLASSES = ("Qwen3_5GatedDeltaNet", "Qwen3NextGatedDeltaNet")
 _ORIGINAL = "_logitjudge_original_forward"
-
-
-class RecurrentState:
-    """A linear-attention layer's state at the end of a prefix: ``state`` (Hv, Dk, Dv) fp32 and ``conv``
-    (C, K - 1), or batched (B, ...) per row while captured."""
-
-    __slots__ = ("state", "conv", "lengths")
-
-    def __init__(self, state: torch.Tensor, conv: torch.Tensor, lengths: list[int] | None = None):
-        self.state, self.conv, self.lengths = state, conv, lengths
-
-    def row(self, r: int, n: int) -> RecurrentState:
-        """Row r's state after its first n tokens: only its end exists (a recurrence cannot be rewound)."""
-        if self.lengths is not None and n != self.lengths[r]:
-            raise ValueError(f"a linear-attention state exists only at the end of a row ({self.lengths[r]} "
-                             f"tokens), not after {n}: prefixes of hybrid models cannot be cut inside a segment")
-        return RecurrentState(self.state[r], self.conv[r])
-
-
-def linear_layer_indices(model) -> list[int]:
-    cfg = model.config.get_text_config()
-    return [i for i, t in enumerate(getattr(cfg, "layer_types", None) or []) if t == "linear_attention"]
 
 
 def linear_support(model) -> str | None:

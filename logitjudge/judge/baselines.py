@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .prompts import EncodedPrompt
+from ..prompts import EncodedPrompt
 
 
 @torch.inference_mode()

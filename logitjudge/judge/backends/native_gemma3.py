@@ -14,15 +14,19 @@ larger kernels, because on a CPU the time goes to GEMMs and to the passes over m
   kernel (``logitjudge_kernels.cpu_attention``), both computing in fp32; elsewhere their PyTorch references
   run (fp32 inside, as Gemma's norms); rotary tables are computed once per call;
 * one call may hold rows that continue different prefixes (groups of rows, each with its own
-  :class:`~logitjudge.forward.PrefixKV`): the GEMMs run over all rows, attention per group;
+  :class:`~logitjudge.judge.prefix.PrefixKV`): the GEMMs run over all rows, attention per group;
 * in the last layer only the positions that are read (``select``) go through the query projection, attention,
   output projection, MLP and final norm: the other positions only need their keys and values, for later tokens.
+* the probe's hook points (:mod:`logitjudge.judge.hooks`) are called inside the loop when set (then nothing is
+  pruned, so every point has every position).
 
-:func:`native_support` says why a model cannot take this path (the engine then uses the transformers path).
+:func:`native_support` says why a model cannot take this path (``auto`` then takes the next backend).
+:class:`NativeGemma3Backend` is this family's :class:`~logitjudge.judge.backends.base.Backend`.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +34,10 @@ import torch.nn.functional as F
 from logitjudge_kernels import shared_prefix_attention
 from logitjudge_kernels.cpu_norm import qk_norm_rope, residual_rms_norm, rms_norm, rotate_ref
 
-from .forward import PrefixKV
+from ...errors import ModeError
+from ..hooks import attention_probs, parse_hook
+from ..prefix import PrefixKV
+from .base import Backend
 
 MODEL_TYPES = ("gemma3_text",)
 
@@ -161,14 +168,14 @@ def gemm_route(dtype: torch.dtype, device: torch.device) -> str:
     if device.type != "cpu" or not _packing_available():
         return "plain"
     if dtype == torch.float32:  # packed unless plain MKL GEMMs measured faster on this CPU
-        from .autodtype import fp32_route
+        from ...autodtype import fp32_route
 
         return fp32_route("cpu")
     if dtype != torch.bfloat16:
         return "plain"
     if not _bf16_gemms_available():
         return "bf16_upcast"
-    from .autodtype import bf16_route
+    from ...autodtype import bf16_route
 
     return bf16_route("cpu")
 
@@ -199,7 +206,7 @@ class NativeGemma3:
     def __init__(self, model, *, pack: bool | None = None):
         reason = native_support(model)
         if reason:
-            raise ValueError(f"the native path does not support this model: {reason}; use prefix_mode='shared'")
+            raise ModeError(f"the native path does not support this model: {reason}; use prefix_mode='shared'")
         dec = model.get_decoder()
         cfg = dec.config
         self.embed = dec.embed_tokens
@@ -220,6 +227,7 @@ class NativeGemma3:
         self.packed = bool(pack) and _packing_available()
         if not self.packed:
             self.route = "plain"
+        self.hook_fns: dict = {}  # the probe's hook points, set by NativeGemma3Backend.hooks
         self.layers = []
         pk, up = self.packed, self.route == "bf16_upcast"
         for i, layer in enumerate(layers):
@@ -238,6 +246,25 @@ class NativeGemma3:
         x, h = residual_rms_norm(x, lw.w_o(attn), lw.ln_post_attn, lw.ln_pre_ff, self.eps)
         return residual_rms_norm(x, lw.w_down(lw.gelu_gate(h)), lw.ln_post_ff, w_next, self.eps)
 
+    def _hooked_tail(self, i: int, lw: _Layer, x: torch.Tensor, attn: torch.Tensor, w_next: torch.Tensor):
+        """:meth:`_block_tail` with the hook points of block i: z (the output projection's input), the attention
+        and MLP outputs (before their post-norms, as in transformers' Gemma-3 modules) and the block's output."""
+        f = self.hook_fns
+
+        def point(name: str, t: torch.Tensor) -> torch.Tensor:
+            new = f[name](t) if name in f else None
+            return t if new is None else new
+
+        attn = point(f"blocks.{i}.attn.hook_z", attn)  # (B, S, Hq D)
+        x, h = residual_rms_norm(x, point(f"blocks.{i}.hook_attn_out", lw.w_o(attn)), lw.ln_post_attn,
+                                 lw.ln_pre_ff, self.eps)
+        x, h = residual_rms_norm(x, point(f"blocks.{i}.hook_mlp_out", lw.w_down(lw.gelu_gate(h))), lw.ln_post_ff,
+                                 w_next, self.eps)
+        new = point(f"blocks.{i}.hook_resid_post", x)
+        if new is not x:  # a replaced residual stream: the next block's input norm is taken again
+            x, h = new, rms_norm(new, w_next, self.eps)
+        return x, h
+
     def __call__(self, ids: torch.Tensor, prefix, *, capture: bool, select=None):
         """Rows ``ids`` (B, S), right-padded. ``prefix``: the PrefixKV all rows continue, or [(PrefixKV, n rows)]
         groups in row order (rows of a batch may continue different prefixes). ``select`` = (rows, offsets) of
@@ -246,7 +273,7 @@ class NativeGemma3:
         B, S = ids.shape
         groups = [(prefix, B)] if isinstance(prefix, PrefixKV) else list(prefix)
         if sum(n for _, n in groups) != B:
-            raise ValueError(f"prefix groups cover {sum(n for _, n in groups)} rows, the batch has {B}")
+            raise ModeError(f"prefix groups cover {sum(n for _, n in groups)} rows, the batch has {B}")
         starts = torch.tensor([p.length for p, n in groups for _ in range(n)], device=ids.device)
         pos = starts[:, None] + torch.arange(S, device=ids.device)  # (B, S) absolute positions
         x = self.embed(ids)  # (B, S, d)
@@ -260,7 +287,7 @@ class NativeGemma3:
         for i, lw in enumerate(self.layers):
             w_next = self.final_norm if i == last else self.layers[i + 1].ln_in
             cos, sin = ropes[lw.layer_type]
-            pruned = i == last and select is not None
+            pruned = i == last and select is not None and not self.hook_fns
             # k, v (B, Hkv, S, D) in their own memory: children's prefixes are views of them
             if pruned:  # only k/v for all positions; queries only at the read positions, below
                 kv = F.linear(h, lw.w_qkv.weight[H * D:].to(h.dtype))
@@ -285,14 +312,22 @@ class NativeGemma3:
                 _, h = self._block_tail(lw, x[rows, offs], o.reshape(len(rows), H * D), w_next)
                 return h, captured
             outs, a = [], 0
+            pattern = self.hook_fns.get(f"blocks.{i}.attn.hook_pattern")
+            if pattern is not None and len(groups) > 1:
+                raise ModeError("an attention-pattern hook needs the rows of one prefix per call")
             for pre, n in groups:
                 kp, vp = pre.layer(i, k)
                 outs.append(shared_prefix_attention(q[a:a + n], kp, vp, k[a:a + n], v[a:a + n], scale=self.scale,
                                                     sliding_window=lw.window, softcap=self.softcap))
+                if pattern is not None:  # (B, Hq, S, L + S), computed only for the hook
+                    pattern(attention_probs(q, kp, k, scale=self.scale, window=lw.window, softcap=self.softcap))
                 a += n
             # (B, S, Hq, D): free where attention wrote that layout (the C kernel), else one copy
             o = torch.cat([o.transpose(1, 2) for o in outs]) if len(outs) > 1 else outs[0].transpose(1, 2)
-            x, h = self._block_tail(lw, x, o.reshape(B, S, -1), w_next)
+            if self.hook_fns:
+                x, h = self._hooked_tail(i, lw, x, o.reshape(B, S, -1), w_next)
+            else:
+                x, h = self._block_tail(lw, x, o.reshape(B, S, -1), w_next)
         return (h if select is None else h[select[0], select[1]]), captured
 
 
@@ -318,3 +353,33 @@ def attend_selected(q, rows, offs, k_prefix, v_prefix, k, v, *, scale: float, wi
     scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
     out = torch.einsum("rhgk,rhkd->rhgd", torch.softmax(scores, dim=-1), vals)
     return out.reshape(R, Hq, D).to(q.dtype)
+
+
+class NativeGemma3Backend(Backend):
+    """Gemma-3 decoders through :class:`NativeGemma3` (``native`` mode): rows of several prefixes per call."""
+
+    name = "native"
+    supports = frozenset({"softcap", "sliding_window"})
+    mixes_prefixes = True
+
+    @classmethod
+    def refuses(cls, model, features: dict) -> str | None:
+        return native_support(model)
+
+    def __init__(self, model, *, pack: bool | None = None):
+        super().__init__(model)
+        self.step = NativeGemma3(model, pack=pack)
+        self.route = self.step.route  # fp32, bf16, bf16_upcast or plain
+
+    def _forward(self, ids, groups, lengths, read, capture):
+        return self.step(ids, groups, capture=capture, select=read)
+
+    @contextlib.contextmanager
+    def hooks(self, fns: dict):
+        for name in fns:
+            parse_hook(name, self.n_layers)
+        self.step.hook_fns = dict(fns)
+        try:
+            yield
+        finally:
+            self.step.hook_fns = {}
