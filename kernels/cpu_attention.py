@@ -31,9 +31,10 @@ _SIGNATURES = (("prefix_attention_f32", (f32p, f32p, f32p, f32p, f32p, f32p, f32
 HEAD_DIM_MULTIPLE = 32  # the value tile is 32 floats wide
 LOW_PRECISION = (torch.bfloat16, torch.float16)  # computed in fp32 from upcast copies, returned in their dtype
 # FLOPs of one C call at most: a ctypes call cannot be interrupted, so a long attention is cut into calls over
-# query positions (and batch rows) of about this much work (~0.1-0.5 s); Python runs a Ctrl-C / SIGTERM handler
-# between them. The cut does not change any query's result.
-CALL_FLOPS = 1 << 34
+# query positions (and batch rows) of about this much work (~0.1 s on one Zen 3 core, ~0.4 s on one oversubscribed
+# 3x: 2^34 took 1.8 s there); Python runs a Ctrl-C / SIGTERM handler between them. Each call packs its keys again
+# (memory-bound, ~1% of a call's time at this size). The cut does not change any query's result.
+CALL_FLOPS = 1 << 32
 PARALLEL_MIN = 1 << 22  # FLOPs: smaller calls run on one thread (each query row is computed alone: same results)
 
 

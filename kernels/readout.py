@@ -32,7 +32,7 @@ from ._triton_util import (
     tl,
     triton,
 )
-from .cpu_readout import c_readout_refusal, logsumexp_c
+from .cpu_readout import CALL_MACS, c_readout_refusal, logsumexp_c
 from .dispatch import Candidate, Kernel, max_abs, pow2_bucket, record
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -100,6 +100,9 @@ def _label_logits(hidden, weight, label_ids, softcap) -> torch.Tensor:
 def _lse_ref(hidden, weight, softcap, chunk) -> torch.Tensor:
     h = hidden.float()
     lse = torch.full((hidden.shape[0],), float("-inf"), dtype=torch.float32, device=hidden.device)
+    if hidden.device.type == "cpu":  # one GEMM of at most CALL_MACS, as the C kernel's calls: Ctrl-C / SIGTERM
+        # are handled between GEMMs (many read rows made a single chunk a minute-long uninterruptible call)
+        chunk = min(chunk, max(256, CALL_MACS // max(1, hidden.shape[0] * hidden.shape[1])))
     for start in range(0, weight.shape[0], chunk):
         logits = h @ weight[start:start + chunk].float().T  # (R, chunk) fp32
         if softcap is not None:
