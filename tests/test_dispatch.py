@@ -186,7 +186,8 @@ def test_a_tables_meta_holds_what_ran_and_the_measured_rates(tiny_lm, cache):
 
 def test_a_kernel_that_did_not_run_is_never_reported(cache):
     """Soft-capped attention goes to the reference: meta says so (not "ATen flash attention", as the re-derived
-    report once did); the plain mode runs transformers' own modules: no attention or norm kernel is reported."""
+    report once did); the plain and copy modes run transformers' own modules: no attention or norm kernel is
+    reported; the shared mode reports attention, not the norms."""
     from conftest import tiny_gemma, tiny_tokenizer
 
     from logitjudge.models import LoadedModel
@@ -200,8 +201,11 @@ def test_a_kernel_that_did_not_run_is_never_reported(cache):
     for decision in kernels["attention"]["choices"].values():
         assert decision["choice"] == "torch" and "soft-capping" in decision["refused"]["C"]
         assert "soft-capping" in decision["refused"]["aten"]
-    plain = _score(LoadedModel(tiny_gemma(tok), tok, "tiny", dtype="fp32"), prefix_mode="plain").meta["kernels"]
-    assert set(plain) == {"readout"}
+    plain_lm = LoadedModel(tiny_gemma(tok), tok, "tiny", dtype="fp32")
+    assert set(_score(plain_lm, prefix_mode="plain").meta["kernels"]) == {"readout"}
+    # copy: transformers' attention on copied caches; shared: the attention kernel, transformers' norms
+    assert set(_score(plain_lm, prefix_mode="copy").meta["kernels"]) == {"readout"}
+    assert set(_score(plain_lm, prefix_mode="shared").meta["kernels"]) == {"attention", "readout"}
 
 
 def test_a_decision_taken_on_a_busy_machine_is_measured_again_when_quieter(cache, monkeypatch):
