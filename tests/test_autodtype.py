@@ -16,7 +16,10 @@ GF = 1e9
 @pytest.fixture
 def rates(monkeypatch, tmp_path):
     """Injects measured rates (GFLOP/s per route) into a fresh cache directory; returns the setter."""
+    from logitjudge_kernels import dispatch
+
     monkeypatch.setenv("LOGITJUDGE_CACHE", str(tmp_path))
+    monkeypatch.setattr(dispatch, "busy", lambda: False)  # a quiet machine unless a test says otherwise
     ad._gemm_rates.cache_clear()
     calls = []
 
@@ -65,6 +68,25 @@ def test_rates_are_measured_once_per_machine_and_cached_on_disk(rates, tmp_path)
     key = ad.machine_key("cpu")
     assert key in saved and saved[key]["rates"]["bf16"] == 50 * GF
     assert ad.cpu_model() in key and f"{torch.get_num_threads()} threads" in key
+
+
+def test_rates_measured_on_a_busy_machine_are_measured_again_when_quieter(rates, tmp_path, monkeypatch):
+    from logitjudge_kernels import dispatch
+
+    calls = rates(fp32=100, bf16=50, bf16_upcast=99)
+    monkeypatch.setattr(dispatch, "busy", lambda: True)
+    ad.gemm_rates("cpu")
+    ad._gemm_rates.cache_clear()
+    ad.gemm_rates("cpu")  # still busy: the provisional rates are used
+    assert calls == ["cpu"] and json.loads((tmp_path / "gemm_rates.json").read_text())[
+        ad.machine_key("cpu")]["provisional"] is True
+    monkeypatch.setattr(dispatch, "busy", lambda: False)
+    ad._gemm_rates.cache_clear()
+    ad.gemm_rates("cpu")  # quieter: measured again, and kept
+    ad._gemm_rates.cache_clear()
+    ad.gemm_rates("cpu")
+    assert calls == ["cpu", "cpu"] and json.loads((tmp_path / "gemm_rates.json").read_text())[
+        ad.machine_key("cpu")]["provisional"] is False
 
 
 def test_measured_rates_are_positive_for_every_route():
