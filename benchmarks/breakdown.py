@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+from logitjudge_kernels import dispatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads  # noqa: E402
@@ -69,12 +71,14 @@ def timed_run(engine: Engine, groups) -> tuple[float, dict, dict]:
 
         setattr(owner, name, wrapper)
     try:
-        t0 = CLOCK()
-        engine.prompt_logprobs(groups)
-        total = CLOCK() - t0
+        with dispatch.recording() as rec:
+            t0 = CLOCK()
+            engine.prompt_logprobs(groups)
+            total = CLOCK() - t0
     finally:
         for (owner, name), fn in saved.items():
             setattr(owner, name, fn)
+    timed_run.kernels = rec.as_meta()  # what the kernels' dispatcher ran in the timed run
     return total, dict(seconds), dict(gemm_flops)
 
 
@@ -116,18 +120,24 @@ def main(argv=None) -> int:
     table.append(("outside the step function (trie, read-out, Python)", total - step))
     route = engine.gemm_route
     print(f"# {args.workload}, {dtype} ({why}; GEMM route {route}), {args.threads} threads, {args.clock} clock: "
-          f"run {min(plain):.2f} s (best of {args.repeats}), timed run {total:.2f} s\n# CPU: {describe_cpu()}\n")
+          f"run {min(plain):.2f} s (best of {args.repeats}), timed run {total:.2f} s, load average "
+          f"{os.getloadavg()[0]:.2f}\n# CPU: {describe_cpu()}\n")
     print("| part | seconds | share | GFLOP/s |")
     print("|---|---:|---:|---:|")
     for label, s in table:
         rate = flops.get(label)
         print(f"| {label} | {s:.2f} | {s / total:.0%} | {'' if not rate or not s else f'{rate / s / 1e9:.0f}'} |")
+    kernels = getattr(timed_run, "kernels", {})
+    print("\nkernels (the dispatcher's record of the timed run): " + "; ".join(
+        f"{k}: " + ", ".join(f"{impl} x{r['calls']}" for impl, r in v["ran"].items()) for k, v in kernels.items()))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"workload": wl.summary(), "dtype": dtype, "dtype_reason": why, "gemm_route": route,
                                "clock": args.clock, "cpu": cpu_info(), "threads": args.threads,
                                "runs_s": plain, "timed_run_s": total, "parts_s": dict(table),
-                               "flops": flops}, indent=1))
+                               "flops": flops, "kernels": kernels,
+                               "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
+                              indent=1))
     print(f"\nwrote {out}")
     return 0
 

@@ -1,12 +1,23 @@
 """Benchmark the logitjudge kernels against the plain PyTorch paths.
 
+On CPU (the default there): for the running CPU, each kernel's rate by every implementation the dispatcher
+(``logitjudge_kernels.dispatch``) chooses among - the C kernel of the native build, ATen's fused path, the torch
+reference - at 1/4/16/64/256 rows of Gemma-3-270M's shapes, the one the dispatcher chose marked ``*``, and
+``default / off``: the time of the default (what ``auto`` runs) over the time with ``LOGITJUDGE_CPU_KERNELS=0``.
+On a CPU with AVX-512 the C kernels built for ``-march=x86-64-v3`` (AVX2) are timed beside the native ones
+(rows ``C x86-64-v3``). The JSON holds the CPU model, its ISA flags and the load average beside every row: on a
+shared machine, compare rows taken at similar load.
+
+    python benchmarks/kernels.py --threads 2            # CPU: the per-kernel table (~3-5 min)
+    python benchmarks/kernels.py --threads 2 --quick    # fewer repeats, 1/16/64 rows
+
+On CUDA, the grid below:
+
 * Attention: ``shared_prefix_attention`` (prefix K/V stored once) vs the copied-prefix path of plain
   Hugging Face: per-row K/V = [prefix ; suffix] materialised for every row, KV heads repeated to the
   query heads (HF ``repeat_kv``), then ``F.scaled_dot_product_attention`` with the causal/window mask.
   The timed region of the plain path is the SDPA call only (in HF the copy already sits in the cache),
   which favours the plain path; its memory includes the materialised K/V.
-* On CPU in fp32, ``ours`` is the C kernel (``logitjudge_kernels.cpu_attention``) and ``aten`` the path it
-  replaced (ATen's CPU flash attention for the prefix and the causal suffix parts, merged by LSE).
 * Read-out: ``label_logprobs`` vs full (R, V) logits in the model dtype + fp32 log-softmax + gather.
 
 Shapes follow Gemma-3-270M: Hq=4, Hkv=1, D=256, hidden 640, V=262,144.
@@ -19,7 +30,7 @@ allocator statistics, so the column is analytic: the bytes of K/V (attention) or
 temporaries (read-out) that each path materialises.
 
     python benchmarks/kernels.py                # CUDA if available: full grid
-    python benchmarks/kernels.py --quick        # reduced grid (CPU: well under 2 minutes)
+    python benchmarks/kernels.py --quick        # reduced grid
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import functools
 import json
 import math
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -37,11 +49,11 @@ import torch.nn.functional as F
 from logitjudge_kernels import HAS_TRITON, label_logprobs, shared_prefix_attention, shared_prefix_attention_aten
 from logitjudge_kernels.cpu_attention import c_attention_refusal
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_kernels import cpu_table, print_cpu_table  # noqa: E402
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HQ, HKV, HEAD_DIM, HIDDEN, VOCAB = 4, 1, 256, 640, 262_144
-# (B, L, S, window) of the calls the engine makes on benchmarks/peers.py's 8x350 workload (2 rotations sharing
-# an option line continue a ~400-token text prefix; each text's root is one ~400-token causal row) and on 1x2000
-GEMMA_CPU_SHAPES = [(2, 404, 78, 512), (1, 0, 400, 512), (1, 0, 2000, 512), (1, 0, 2000, None), (5, 1900, 100, None)]
 
 
 def _timeit(fn, device: torch.device, repeats: int, warmup: int) -> float:
@@ -190,19 +202,11 @@ def bench_readout(R, V, M, dtype, device, repeats, warmup, softcap=None) -> list
 
 # ------------------------------------------------------------------------------------------------ driver
 def grids(device: torch.device, quick: bool):
-    if device.type == "cuda":
-        prefixes, rows_b, S = ([512, 4096, 16384], [10, 256], 64) if quick else ([512, 2048, 8192, 16384],
-                                                                                [10, 64, 256], 64)
-        attn = [(B, L, S, w) for L in prefixes for B in rows_b for w in (None, 512)]
-        readout = [(R, VOCAB, 8) for R in ([10, 256] if quick else [10, 64, 256])]
-    elif quick:
-        attn = [(B, L, 32, w) for L in (512, 2048) for B in (10, 32) for w in (None,)] + [(32, 2048, 32, 512)]
-        attn += GEMMA_CPU_SHAPES
-        readout = [(R, 65_536, 8) for R in (10, 64)]
-    else:
-        attn = [(B, L, 32, w) for L in (512, 2048, 8192) for B in (10, 64) for w in (None, 512)]
-        attn += GEMMA_CPU_SHAPES
-        readout = [(R, VOCAB, 8) for R in (10, 64)]
+    """The CUDA grid: (B, L, S, window) attention shapes and (R, V, M) read-outs."""
+    prefixes, rows_b, S = ([512, 4096, 16384], [10, 256], 64) if quick else ([512, 2048, 8192, 16384],
+                                                                            [10, 64, 256], 64)
+    attn = [(B, L, S, w) for L in prefixes for B in rows_b for w in (None, 512)]
+    readout = [(R, VOCAB, 8) for R in ([10, 256] if quick else [10, 64, 256])]
     return attn, readout
 
 
@@ -235,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (on a busy machine, 1 avoids stalls of many small parallel ops)")
+    ap.add_argument("--rows", type=int, nargs="+", default=None, help="CPU table: rows (default 1 4 16 64 256)")
+    ap.add_argument("--kernels", nargs="+", default=None, help="CPU table: only these kernels")
+    ap.add_argument("--remeasure", action="store_true", help="CPU: drop the dispatcher's cached decisions first")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="CPU: cpu = process CPU time (with --threads 1 on a shared machine: the work alone)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kernels.json"))
     args = ap.parse_args(argv)
     if args.device == "auto":
@@ -244,21 +253,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda requested but CUDA is not available")
     device = torch.device(args.device)
-    dtype = DTYPES[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]
-    repeats = args.repeats or (10 if device.type == "cuda" else 3)
-    warmup = 2 if device.type == "cuda" else 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if device.type == "cpu":
+        rows = args.rows or ([1, 16, 64] if args.quick else [1, 4, 16, 64, 256])
+        table = cpu_table(rows, repeats=args.repeats or (2 if args.quick else 3), kernels=args.kernels,
+                          remeasure=args.remeasure, out=args.out, clock=args.clock)
+        print_cpu_table(table)
+        print(f"\n{len(table['results'])} rows in {table['meta']['seconds']} s -> {args.out}")
+        return 0
+    dtype = DTYPES[args.dtype or "bf16"]
+    repeats = args.repeats or 10
+    warmup = 2
     attn_grid, readout_grid = grids(device, args.quick)
     t0 = time.perf_counter()
-    from logitjudge.autodtype import describe_cpu
-
-    if device.type == "cpu":
-        print(f"CPU: {describe_cpu()}")
-    meta = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else describe_cpu(),
-                torch=torch.__version__, triton=HAS_TRITON, dtype=str(dtype)[6:],
-                quick=args.quick, cpu_threads=torch.get_num_threads(), heads=dict(Hq=HQ, Hkv=HKV, D=HEAD_DIM),
-                memory_note="peak = torch.cuda.max_memory_allocated over one call; on CPU analytic bytes of "
-                            "materialised K/V (attention) or logits-sized temporaries (read-out)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = dict(device=torch.cuda.get_device_name(device), torch=torch.__version__, triton=HAS_TRITON,
+                dtype=str(dtype)[6:], quick=args.quick, heads=dict(Hq=HQ, Hkv=HKV, D=HEAD_DIM),
+                memory_note="peak = torch.cuda.max_memory_allocated over one call")
     rows: list[dict] = []
 
     def save():  # after every configuration, so that a run cut short by a timeout keeps what it measured

@@ -1,10 +1,19 @@
-/* The CPU's fp32 fused multiply-add peak: 12 independent chains of 16-float FMAs per thread (enough to hide the
- * FMA latency on current x86 and ARM cores), no memory traffic. benchmarks/peers.py reports the matmul rate as a
- * fraction of it. Built and loaded through logitjudge_kernels._cbuild (-O3 -march=native -fopenmp). */
+/* The CPU's fp32 fused multiply-add peak: 12 independent chains of one-register FMAs per thread (enough to hide
+ * the FMA latency on current x86 and ARM cores), no memory traffic. benchmarks/peers.py reports the matmul rate as
+ * a fraction of it. Built and loaded through logitjudge_kernels._cbuild (-O3 -march=native -fopenmp). The vector
+ * is one register of the target (as kernels/cpu_tiles.h): 16 floats on AVX-512, 8 on AVX2, 4 else; 16-float
+ * vectors on AVX2 take two registers each, the 12 chains then spill and the "peak" measured low (issue 21). */
 #include <omp.h>
 #include <stdint.h>
 
-typedef float v16 __attribute__((vector_size(64)));
+#if defined(__AVX512F__)
+#define VW 16
+#elif defined(__AVX__)
+#define VW 8
+#else
+#define VW 4
+#endif
+typedef float v16 __attribute__((vector_size(VW * 4)));
 
 /* GFLOP/s of `threads` threads each running `iters` rounds of 12 vector FMAs; *sink keeps the result alive */
 double fma_peak_gflops(int threads, int64_t iters, float *sink) {
@@ -18,11 +27,11 @@ double fma_peak_gflops(int threads, int64_t iters, float *sink) {
         for (int64_t n = 0; n < iters; n++)
             for (int i = 0; i < 12; i++) acc[i] = acc[i] * b + c;
         for (int i = 0; i < 12; i++)
-            for (int k = 0; k < 16; k++) total += acc[i][k];
+            for (int k = 0; k < VW; k++) total += acc[i][k];
     }
     double seconds = omp_get_wtime() - t0;
     *sink = total;
-    return (double)iters * 12 * 16 * 2 * threads / seconds / 1e9;
+    return (double)iters * 12 * VW * 2 * threads / seconds / 1e9;
 }
 
 /* The same for the AVX-512 BF16 dot product (vdpbf16ps: 16 lanes x 2 bf16 products + sums = 64 FLOP per

@@ -2,14 +2,16 @@
 
 Installed as ``logitjudge_kernels`` (the folder is ``kernels/``). Each kernel has a PyTorch reference
 (``*_ref``), a Triton implementation (``*_triton``, CUDA or ``TRITON_INTERPRET=1``) and a dispatcher
-taking ``backend="auto" | "ref" | "triton"`` (attention also ``"cpu"``: the C kernel of ``cpu_attention`` in
-fp32, else ATen's fused CPU flash attention).
+taking ``backend="auto" | "ref" | "triton" | "cpu"``.
 ``cpu_norm`` / ``cpu_attention`` / ``cpu_readout``: fused RMSNorm / residual / RoPE row kernels, shared-prefix
 attention and the full-vocabulary log-sum-exp in C for CPU, computing in fp32 (built with the system compiler
-at first use, ``_cbuild``; shared tiles in ``cpu_tiles.h``), each with its PyTorch reference; without a
-compiler the references (attention: ATen's flash path) run.
+at first use, ``_cbuild``; register tiles of the target's vector width in ``cpu_tiles.h``), each with its
+PyTorch reference. On CPU, ``auto`` is :mod:`.dispatch`: each kernel runs the implementation (C, ATen, torch)
+that measured fastest on this machine for the shape's bucket, exact within its stated tolerance; the decision is
+cached per machine; ``dispatch.recording()`` says what ran. Without a compiler the references run.
 """
 
+from . import dispatch
 from ._triton_util import HAS_TRITON, interpreter_active, triton_usable
 from .prefix_attention import (
     attention_ref,
@@ -32,6 +34,7 @@ __all__ = [
     "HAS_TRITON",
     "LabelReadout",
     "attention_ref",
+    "dispatch",
     "interpreter_active",
     "label_logprobs",
     "label_logprobs_plain",

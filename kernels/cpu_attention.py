@@ -27,13 +27,19 @@ from ._cbuild import c_int, f32, f32p, i64, ptr
 
 SOURCE = Path(__file__).with_name("cpu_attention.c")
 _SIGNATURES = (("prefix_attention_f32", (f32p, f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, i64, i64, i64, i64,
-                                          i64, f32, c_int), c_int),)
+                                          i64, f32, i64, i64, c_int), c_int),)
 HEAD_DIM_MULTIPLE = 32  # the value tile is 32 floats wide
 LOW_PRECISION = (torch.bfloat16, torch.float16)  # computed in fp32 from upcast copies, returned in their dtype
+# FLOPs of one C call at most: a ctypes call cannot be interrupted, so a long attention is cut into calls over
+# query positions (and batch rows) of about this much work (~0.1 s on one Zen 3 core, ~0.4 s on one oversubscribed
+# 3x: 2^34 took 1.8 s there); Python runs a Ctrl-C / SIGTERM handler between them. Each call packs its keys again
+# (memory-bound, ~1% of a call's time at this size). The cut does not change any query's result.
+CALL_FLOPS = 1 << 32
+PARALLEL_MIN = 1 << 22  # FLOPs: smaller calls run on one thread (each query row is computed alone: same results)
 
 
-def _library():
-    return _cbuild.load(SOURCE, _SIGNATURES)
+def _library(target: str = _cbuild.TARGET):
+    return _cbuild.load(SOURCE, _SIGNATURES, target)
 
 
 def cpu_attention_status() -> str | None:
@@ -52,13 +58,24 @@ def c_attention_refusal(q: torch.Tensor, softcap: float | None = None) -> str | 
     return cpu_attention_status()
 
 
+def _calls(B: int, Hq: int, S: int, L: int, D: int):
+    """(b0, b1, s0, s1) pieces of a call, each about :data:`CALL_FLOPS` or less (whole rows first)."""
+    per_position = 4 * Hq * (L + S) * D  # FLOPs of one query position of one row, at most
+    rows = max(1, min(B, CALL_FLOPS // max(1, per_position * S)))
+    positions = S if rows > 1 or per_position * S <= CALL_FLOPS else max(16, CALL_FLOPS // per_position)
+    for b0 in range(0, B, rows):
+        for s0 in range(0, S, positions):
+            yield b0, min(B, b0 + rows), s0, min(S, s0 + positions)
+
+
 def shared_prefix_attention_c(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
-                              sliding_window: int | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+                              sliding_window: int | None = None, sinks: torch.Tensor | None = None,
+                              target: str = _cbuild.TARGET) -> torch.Tensor:
     """The C kernel (inputs already checked by the dispatcher; see :func:`c_attention_refusal`). bf16/fp16 inputs
     are upcast to fp32 (copies) and the output cast back. ``sinks`` (Hq,): per-head sink logits (GPT-OSS) in
     each row's softmax denominator. Returns (B, Hq, S, D) in q's dtype, a view of a contiguous (B, S, Hq, D)
-    tensor."""
-    reason = c_attention_refusal(q)
+    tensor. ``target``: the build's ``-march`` (default native; ``x86-64-v3`` for the AVX2 build, in tests)."""
+    reason = c_attention_refusal(q) if target == _cbuild.TARGET else (_library(target)[1] or None)
     if reason:
         raise ValueError(f"shared_prefix_attention_c cannot run: {reason}; use backend='ref'")
     B, Hq, S, D = q.shape
@@ -68,12 +85,11 @@ def shared_prefix_attention_c(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scal
                                                                                   k_suffix, v_suffix))
     out = torch.empty(B, S, Hq, D)
     sink_ptr = None if sinks is None else ptr(sinks := sinks.float().contiguous())  # NULL: no sinks
-    if out.numel():
-        status = _library()[0].prefix_attention_f32(
-            ptr(q), ptr(k_prefix), ptr(v_prefix), ptr(k_suffix), ptr(v_suffix), ptr(out), sink_ptr, B, Hkv,
-            Hq // Hkv, S, L,
-            D, sliding_window or 0, scale, torch.get_num_threads())
-        if status:
+    fn = _library(target)[0].prefix_attention_f32
+    for b0, b1, s0, s1 in (_calls(B, Hq, S, L, D) if out.numel() else ()):
+        if fn(ptr(q[b0:b1]), ptr(k_prefix), ptr(v_prefix), ptr(k_suffix[b0:b1]), ptr(v_suffix[b0:b1]),
+              ptr(out[b0:b1]), sink_ptr, b1 - b0, Hkv, Hq // Hkv, S, L, D, sliding_window or 0, scale, s0, s1,
+              _cbuild.threads_for(4 * (b1 - b0) * Hq * (s1 - s0) * (L + s1) * D, PARALLEL_MIN)):
             raise MemoryError(f"the C attention kernel could not allocate its scratch for B={B}, S={S}, L={L}, "
                               f"D={D}; use smaller batches (token_budget)")
     return out.to(dtype).transpose(1, 2)

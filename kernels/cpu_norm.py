@@ -9,8 +9,9 @@ these kernels does its job in one pass over a row that stays in L1:
 * :func:`qk_norm_rope` - q/k/v projection -> rms-normed, rotated q and k and v, written in the (B, H, S, D)
   layout that attention reads.
 
-Each has a ``*_ref`` (the PyTorch ops the native step function used before, the parity ground truth) and a
-dispatcher that takes the C kernel for CPU tensors when it is built, else the reference. The kernels compute
+Each has a ``*_ref`` (the PyTorch ops the native step function used before, the parity ground truth), a C host
+wrapper (``*_c``) and a dispatcher (:mod:`.dispatch`) that runs whichever of the two measured faster on this
+machine for the rows and width (the C kernel only where it applies: CPU tensors, built). The kernels compute
 in fp32; bf16/fp16 inputs are upcast (copies) and the results rounded once to their dtype, where the references
 round after each op (RMSNorm, residual add, each RoPE product): within a few units in the last place of bf16.
 
@@ -28,9 +29,11 @@ import torch.nn.functional as F
 
 from . import _cbuild
 from ._cbuild import c_int, f32, f32p, i64, ptr
+from .dispatch import Candidate, Kernel, max_abs, pow2_bucket, scaled_tolerance
 
 SOURCE = Path(__file__).with_name("cpu_norm.c")
 MAX_HEAD_DIM = 1024  # the C kernel's per-thread scratch for one head
+PARALLEL_MIN = 1 << 15  # elements: smaller calls run on one thread (rows are independent: same results)
 _SIGNATURES = (
     ("rms_norm_f32", (f32p, i64, f32p, f32p, i64, i64, f32, c_int), None),
     ("residual_rms_norm_f32", (f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, f32, c_int), None),
@@ -72,8 +75,8 @@ def qk_norm_rope_ref(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps:
 
 
 # ------------------------------------------------------------------------------------------------ build
-def _library():
-    return _cbuild.load(SOURCE, _SIGNATURES)
+def _library(target: str = _cbuild.TARGET):
+    return _cbuild.load(SOURCE, _SIGNATURES, target)
 
 
 def cpu_kernels_status() -> str | None:
@@ -84,8 +87,15 @@ def cpu_kernels_status() -> str | None:
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # bf16/fp16: the fp32 kernel on upcast copies
 
 
+def _refusal(*tensors: torch.Tensor) -> str | None:
+    """None where the C kernels take these tensors, else why not."""
+    if not all(t.device.type == "cpu" and t.dtype in KERNEL_DTYPES for t in tensors):
+        return "the C norm kernels take CPU fp32/bf16/fp16 tensors only"
+    return cpu_kernels_status()
+
+
 def _usable(*tensors: torch.Tensor) -> bool:
-    return all(t.device.type == "cpu" and t.dtype in KERNEL_DTYPES for t in tensors) and _library()[0] is not None
+    return _refusal(*tensors) is None
 
 
 def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -102,39 +112,96 @@ def _check_weight(w: torch.Tensor, d: int, what: str) -> None:
         raise ValueError(f"{what} has shape {tuple(w.shape)}, expected ({d},)")
 
 
-# ------------------------------------------------------------------------------------------------ dispatchers
-def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """:func:`rms_norm_ref` through the C kernel where it applies (CPU)."""
-    _check_weight(w, x.shape[-1], "the norm weight")
-    if not _usable(x, w):
-        return rms_norm_ref(x, w, eps)
+# ------------------------------------------------------------------------------------------------ C wrappers
+def rms_norm_c(x: torch.Tensor, w: torch.Tensor, eps: float, *, target: str = _cbuild.TARGET) -> torch.Tensor:
+    """:func:`rms_norm_ref` by the C kernel (fp32 inside; inputs checked by the dispatcher)."""
     x2, stride = _rows(x.float())
     w = w.float().contiguous()
     out = torch.empty(x2.shape, dtype=torch.float32)
-    _library()[0].rms_norm_f32(ptr(x2), stride, ptr(w), ptr(out), x2.shape[0], x2.shape[1], eps,
-                               torch.get_num_threads())
+    _library(target)[0].rms_norm_f32(ptr(x2), stride, ptr(w), ptr(out), x2.shape[0], x2.shape[1], eps,
+                                     _cbuild.threads_for(x2.numel(), PARALLEL_MIN))
     return out.view(x.shape).to(x.dtype)
 
 
+def residual_rms_norm_c(x, y, w_y, w_next, eps: float, *, target: str = _cbuild.TARGET):
+    """:func:`residual_rms_norm_ref` by the C kernel."""
+    dtype, d = x.dtype, x.shape[-1]
+    x, y, w_y, w_next = (t.float().contiguous() for t in (x, y, w_y, w_next))
+    x_out, h_out = torch.empty_like(x), torch.empty_like(x)
+    _library(target)[0].residual_rms_norm_f32(ptr(x), ptr(y), ptr(w_y), ptr(w_next), ptr(x_out), ptr(h_out),
+                                              x.numel() // d, d, eps, _cbuild.threads_for(x.numel(), PARALLEL_MIN))
+    return x_out.to(dtype), h_out.to(dtype)
+
+
+def qk_norm_rope_c(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: float,
+                   target: str = _cbuild.TARGET):
+    """:func:`qk_norm_rope_ref` by the C kernel."""
+    B, S, _ = qkv.shape
+    D = cos.shape[-1]
+    x2, stride = _rows(qkv.float())
+    q_w, k_w, cos, sin = (t.float().contiguous() for t in (q_w, k_w, cos, sin))
+    q = torch.empty(B, heads, S, D)
+    k, v = torch.empty(B, kv_heads, S, D), torch.empty(B, kv_heads, S, D)
+    _library(target)[0].qk_norm_rope_f32(ptr(x2), stride, ptr(q_w), ptr(k_w), ptr(cos), ptr(sin), ptr(q), ptr(k),
+                                         ptr(v), B, S, heads, kv_heads, D, eps,
+                                         _cbuild.threads_for(x2.numel(), PARALLEL_MIN))
+    return q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)
+
+
+def _qk_refusal(qkv, q_w, k_w, cos, sin, **kw):
+    D = cos.shape[-1]
+    if D > MAX_HEAD_DIM or D % 2:
+        return f"head_dim {D} is odd or above {MAX_HEAD_DIM}"
+    return _refusal(qkv, q_w, k_w, cos, sin)
+
+
+def _bucket(x, *rest, **kw) -> str:
+    d = x.shape[-1]
+    return f"rows {pow2_bucket(x.numel() // max(d, 1))}, d {d}, {str(x.dtype)[6:]}"
+
+
+def _qk_bucket(qkv, q_w, k_w, cos, sin, *, heads, kv_heads, eps) -> str:
+    return (f"rows {pow2_bucket(qkv.shape[0] * qkv.shape[1])}, heads {heads}+{kv_heads}, D {cos.shape[-1]}, "
+            f"{str(qkv.dtype)[6:]}")
+
+
+def _bytes(*tensors, **kw) -> int:
+    return 2 * sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))  # read + write
+
+
+_TOL = scaled_tolerance(1e-5)
+RMS_NORM = Kernel("rms_norm", [Candidate("C", rms_norm_c, lambda x, w, eps: _refusal(x, w), native=True),
+                               Candidate("torch", rms_norm_ref)],
+                  reference="torch", bucket=_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s")
+RESIDUAL_RMS_NORM = Kernel(
+    "residual_rms_norm",
+    [Candidate("C", residual_rms_norm_c, lambda x, y, w_y, w_next, eps: _refusal(x, y, w_y, w_next), native=True),
+     Candidate("torch", residual_rms_norm_ref)],
+    reference="torch", bucket=_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s")
+QK_NORM_ROPE = Kernel("qk_norm_rope", [Candidate("C", qk_norm_rope_c, _qk_refusal, native=True),
+                                       Candidate("torch", qk_norm_rope_ref)],
+                      reference="torch", bucket=_qk_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s")
+
+
+# ------------------------------------------------------------------------------------------------ dispatchers
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """:func:`rms_norm_ref`, by the C kernel or the reference: whichever measured faster here (:data:`RMS_NORM`)."""
+    _check_weight(w, x.shape[-1], "the norm weight")
+    return RMS_NORM(x, w, eps)
+
+
 def residual_rms_norm(x, y, w_y, w_next, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`residual_rms_norm_ref` through the C kernel where it applies."""
+    """:func:`residual_rms_norm_ref`, by the C kernel or the reference (:data:`RESIDUAL_RMS_NORM`)."""
     if x.shape != y.shape:
         raise ValueError(f"residual {tuple(x.shape)} and update {tuple(y.shape)} differ in shape")
     d = x.shape[-1]
     _check_weight(w_y, d, "the update's norm weight")
     _check_weight(w_next, d, "the next norm weight")
-    if not _usable(x, y, w_y, w_next):
-        return residual_rms_norm_ref(x, y, w_y, w_next, eps)
-    dtype = x.dtype
-    x, y, w_y, w_next = (t.float().contiguous() for t in (x, y, w_y, w_next))
-    x_out, h_out = torch.empty_like(x), torch.empty_like(x)
-    _library()[0].residual_rms_norm_f32(ptr(x), ptr(y), ptr(w_y), ptr(w_next), ptr(x_out), ptr(h_out),
-                                        x.numel() // d, d, eps, torch.get_num_threads())
-    return x_out.to(dtype), h_out.to(dtype)
+    return RESIDUAL_RMS_NORM(x, y, w_y, w_next, eps)
 
 
 def qk_norm_rope(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: float):
-    """:func:`qk_norm_rope_ref` through the C kernel where it applies."""
+    """:func:`qk_norm_rope_ref`, by the C kernel or the reference (:data:`QK_NORM_ROPE`)."""
     if qkv.dim() != 3 or cos.dim() != 3 or cos.shape != sin.shape or cos.shape[:2] != qkv.shape[:2]:
         raise ValueError(f"qkv must be (B, S, (H + 2 Hkv) D) and cos, sin (B, S, D); got {tuple(qkv.shape)}, "
                          f"{tuple(cos.shape)}, {tuple(sin.shape)}")
@@ -144,12 +211,4 @@ def qk_norm_rope(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: flo
         raise ValueError(f"qkv width {width} is not (heads {heads} + 2 x kv_heads {kv_heads}) x head_dim {D}")
     _check_weight(q_w, D, "the q norm weight")
     _check_weight(k_w, D, "the k norm weight")
-    if not _usable(qkv, q_w, k_w, cos, sin) or D > MAX_HEAD_DIM or D % 2:
-        return qk_norm_rope_ref(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=eps)
-    x2, stride = _rows(qkv.float())
-    q_w, k_w, cos, sin = (t.float().contiguous() for t in (q_w, k_w, cos, sin))
-    q = torch.empty(B, heads, S, D)
-    k, v = torch.empty(B, kv_heads, S, D), torch.empty(B, kv_heads, S, D)
-    _library()[0].qk_norm_rope_f32(ptr(x2), stride, ptr(q_w), ptr(k_w), ptr(cos), ptr(sin), ptr(q), ptr(k),
-                                   ptr(v), B, S, heads, kv_heads, D, eps, torch.get_num_threads())
-    return q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)
+    return QK_NORM_ROPE(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=eps)

@@ -8,6 +8,11 @@ vocabulary rows once and reuses attention's register tile (``cpu_tiles.h``) for 
 and sum in the same pass (``benchmarks/kernels.py``: 1.3x the full-logits path at 10-64 rows; on 8x350 the time
 outside the engine's step function went from 0.56 to 0.24 s, ``benchmarks/breakdown.py``). Built by :mod:`._cbuild`; no
 soft-capping (that goes to the reference). Tolerance against the reference: 1e-5 absolute on the log-sum-exp.
+
+A long read-out is cut into C calls of at most :data:`CALL_MACS` multiply-adds (vocabulary spans of
+:data:`VOCAB_SPAN` rows, groups of read rows), whose partial log-sum-exps are combined in fp64: a ctypes call cannot
+be interrupted, and Python runs a Ctrl-C / SIGTERM handler between calls. The spans do not depend on the number of
+read rows, so a row's result does not either.
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ from ._cbuild import c_int, f32p, i64, ptr
 
 SOURCE = Path(__file__).with_name("cpu_readout.c")
 _SIGNATURES = (("logsumexp_f32", (f32p, f32p, f32p, i64, i64, i64, c_int), c_int),)
-MIN_ROWS = 4  # the dispatcher's choice: below this, packing the head costs more than the reference saves
+VOCAB_SPAN = 32_768  # vocabulary rows per C call (a multiple of the kernel's 256-row blocks)
+CALL_MACS = 1 << 32  # multiply-adds per C call at most (~0.1-0.5 s): read rows per call = CALL_MACS / (span x d)
+PARALLEL_MIN = 1 << 22  # vocabulary x width below which one thread runs (not rows: a row's sum order, which
+# depends on the thread count, must not depend on the other rows of the call)
 
 
-def _library():
-    return _cbuild.load(SOURCE, _SIGNATURES)
+def _library(target: str = _cbuild.TARGET):
+    return _cbuild.load(SOURCE, _SIGNATURES, target)
 
 
 def c_readout_refusal(hidden: torch.Tensor, weight: torch.Tensor, softcap: float | None = None) -> str | None:
@@ -37,16 +45,26 @@ def c_readout_refusal(hidden: torch.Tensor, weight: torch.Tensor, softcap: float
     return _library()[1] or None
 
 
-def logsumexp_c(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def logsumexp_c(hidden: torch.Tensor, weight: torch.Tensor, *, target: str = _cbuild.TARGET) -> torch.Tensor:
     """(R,) fp32 log sum_v exp(hidden[r] . weight[v]) for hidden (R, d), weight (V, d) (inputs checked by the
-    dispatcher)."""
-    reason = c_readout_refusal(hidden, weight)
+    dispatcher). ``target``: the build's ``-march`` (default native; ``x86-64-v3`` for the AVX2 build, in tests)."""
+    reason = c_readout_refusal(hidden, weight) if target == _cbuild.TARGET else (_library(target)[1] or None)
     if reason:
         raise ValueError(f"logsumexp_c cannot run: {reason}; use backend='ref'")
     hidden, weight = hidden.contiguous(), weight.contiguous()
     R, d = hidden.shape
-    lse = torch.empty(R)
-    if R and _library()[0].logsumexp_f32(ptr(hidden), ptr(weight), ptr(lse), R, weight.shape[0], d,
-                                         torch.get_num_threads()):
-        raise MemoryError(f"the C read-out could not allocate its scratch for {R} rows of width {d}")
-    return lse
+    V = weight.shape[0]
+    fn = _library(target)[0].logsumexp_f32
+    threads = _cbuild.threads_for(V * d, PARALLEL_MIN)
+    spans = range(0, V, VOCAB_SPAN)
+    rows = max(1, CALL_MACS // (min(V, VOCAB_SPAN) * max(d, 1)))
+    parts = torch.empty(len(spans), R)  # (spans, R) partial log-sum-exps
+    for i, v0 in enumerate(spans):
+        w = weight[v0:v0 + VOCAB_SPAN]
+        for r0 in range(0, R, rows):
+            h, out = hidden[r0:r0 + rows], parts[i, r0:r0 + rows]
+            if fn(ptr(h), ptr(w), ptr(out), h.shape[0], w.shape[0], d, threads):
+                raise MemoryError(f"the C read-out could not allocate its scratch for {R} rows of width {d}")
+    if len(spans) == 1:
+        return parts[0]
+    return torch.logsumexp(parts.double(), dim=0).float()  # the spans combined in fp64

@@ -1,42 +1,60 @@
-/* Vector helpers and tiles shared by the CPU C kernels (cpu_attention.c, cpu_readout.c): GCC vector
- * extensions (16 floats), so the same source builds for AVX-512 or narrower units. Part of each kernel's build
- * key (kernels/_cbuild.py hashes the headers beside a source). */
+/* Vector helpers and tiles shared by the CPU C kernels (cpu_attention.c, cpu_readout.c), written with GCC
+ * vector extensions so one source builds for every target. The vector width is chosen at compile time from the
+ * target ISA, so a register tile always fits the register file:
+ *   AVX-512 (32 x 512-bit registers): 16 floats a vector;
+ *   AVX2 / AVX (16 x 256-bit): 8 floats;
+ *   anything else (NEON's 32 x 128-bit, SSE, or plain C the compiler vectorises): 4 floats.
+ * The register tile is MR = 6 query rows x 2 vectors: 12 accumulators + 2 loads + 1 broadcast = 15 registers,
+ * which fits AVX2's 16 (a 16-float vector there is split into two registers and the tile spills: the AVX-512
+ * tile built for AVX2 ran the read-out 5-18x slower than MKL, issue 21). Part of each kernel's build key
+ * (kernels/_cbuild.py hashes the headers beside a source). */
 #ifndef LOGITJUDGE_CPU_TILES_H
 #define LOGITJUDGE_CPU_TILES_H
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
+#if defined(__AVX512F__)
+#define VW 16
+#elif defined(__AVX__)
+#define VW 8
+#else
+#define VW 4
+#endif
+
+typedef float vf __attribute__((vector_size(VW * 4)));  /* one register: VW floats */
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+typedef float vfu __attribute__((vector_size(VW * 4), aligned(4)));
 
 #define MR 6  /* query rows per register tile */
-#define NP 16 /* keys per packed panel (one vector) */
+#define NP VW /* keys per packed panel (one vector) */
 
-static inline v16 ld(const float *p) { return *(const v16u *)p; }
-static inline void st(float *p, v16 v) { *(v16u *)p = v; }
-static inline v16 splat(float x) { return (v16){0} + x; }
-static inline v16 vsel(vi16 m, v16 a, v16 b) { return (v16)(((vi16)a & m) | ((vi16)b & ~m)); }
+/* the target's vector width in floats, for tests and logs (weak: every kernel source includes this header) */
+__attribute__((weak)) int tiles_vector_width(void) { return VW; }
+
+static inline vf ld(const float *p) { return *(const vfu *)p; }
+static inline void st(float *p, vf v) { *(vfu *)p = v; }
+static inline vf splat(float x) { return (vf){0} + x; }
+static inline vf vsel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* exp(x) for x <= 0 (scores minus their row max); below -87.3 -> 0. Cephes' expf polynomial, ~1 ulp. */
-static inline v16 vexp(v16 x) {
-    const v16 lo = splat(-87.3f);
-    vi16 under = x < lo;
+static inline vf vexp(vf x) {
+    const vf lo = splat(-87.3f);
+    vi under = x < lo;
     x = vsel(under, lo, x);
-    vi16 n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vi16); /* round to nearest, x <= 0 */
-    v16 fx = __builtin_convertvector(n, v16);
-    v16 r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
-    v16 y = splat(1.9875691500E-4f);
+    vi n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vi); /* round to nearest, x <= 0 */
+    vf fx = __builtin_convertvector(n, vf);
+    vf r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
+    vf y = splat(1.9875691500E-4f);
     y = y * r + 1.3981999507E-3f;
     y = y * r + 8.3334519073E-3f;
     y = y * r + 4.1665795894E-2f;
     y = y * r + 1.6666665459E-1f;
     y = y * r + 5.0000001201E-1f;
     y = y * (r * r) + r + 1.0f;
-    return vsel(under, splat(0.0f), y * (v16)((n + 127) << 23));
+    return vsel(under, splat(0.0f), y * (vf)((n + 127) << 23));
 }
 
 /* keys k[0..n) (rows D floats apart) -> panels of NP keys: panel p holds P[d * NP + j] = k[p * NP + j][d] */
@@ -56,10 +74,10 @@ static inline void qk_tile(const float *const *q, const float *panels, int64_t p
     int64_t p = p0;
     for (; p + 1 < p1; p += 2) {
         const float *A = panels + p * D * NP, *B = A + D * NP;
-        v16 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
-        v16 c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
+        vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
+        vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
         for (int64_t d = 0; d < D; d++) {
-            v16 a = ld(A + d * NP), b = ld(B + d * NP);
+            vf a = ld(A + d * NP), b = ld(B + d * NP);
             float q0 = q[0][d], q1 = q[1][d], q2 = q[2][d], q3 = q[3][d], q4 = q[4][d], q5 = q[5][d];
             c00 += q0 * a; c01 += q0 * b; c10 += q1 * a; c11 += q1 * b; c20 += q2 * a; c21 += q2 * b;
             c30 += q3 * a; c31 += q3 * b; c40 += q4 * a; c41 += q4 * b; c50 += q5 * a; c51 += q5 * b;
@@ -74,9 +92,9 @@ static inline void qk_tile(const float *const *q, const float *panels, int64_t p
     }
     if (p < p1) {
         const float *A = panels + p * D * NP;
-        v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0};
+        vf c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0};
         for (int64_t d = 0; d < D; d++) {
-            v16 a = ld(A + d * NP);
+            vf a = ld(A + d * NP);
             c0 += q[0][d] * a; c1 += q[1][d] * a; c2 += q[2][d] * a;
             c3 += q[3][d] * a; c4 += q[4][d] * a; c5 += q[5][d] * a;
         }
@@ -93,7 +111,7 @@ static inline float exp_keep(float *row, int64_t n, float m, int64_t keep0, int6
     keep1 = min64(max64(keep1, keep0), n);
     memset(row, 0, sizeof(float) * keep0);
     memset(row + keep1, 0, sizeof(float) * (n - keep1));
-    v16 s = {0};
+    vf s = {0};
     for (int64_t c = 0; c < n; c += NP) s += ld(row + c);
     float sum = 0.0f;
     for (int k = 0; k < NP; k++) sum += s[k];

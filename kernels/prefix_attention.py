@@ -17,7 +17,9 @@ part is per row; the two partial results are merged through their log-sum-exps.
 * :func:`shared_prefix_attention_cpu` - CPU: the C kernel of :mod:`.cpu_attention` (one exact softmax over
   [prefix ; suffix], no merge) where it applies, else :func:`shared_prefix_attention_aten` (this method through
   ATen's CPU flash-attention kernel).
-* :func:`shared_prefix_attention` - dispatcher (``backend="auto" | "ref" | "triton" | "cpu"``).
+* :func:`shared_prefix_attention` - dispatcher (``backend="auto" | "ref" | "triton" | "cpu"``; "auto" on CPU runs
+  :data:`ATTENTION`: the C kernel, ATen's flash path or the reference, whichever measured fastest on this machine
+  for the shape's bucket, :mod:`.dispatch`).
 * :func:`attention_ref` - plain attention over explicitly concatenated keys (ground truth for tests).
 """
 
@@ -37,6 +39,7 @@ from ._triton_util import (
     triton,
 )
 from .cpu_attention import c_attention_refusal, shared_prefix_attention_c
+from .dispatch import Candidate, Kernel, max_abs, pow2_bucket, record, scaled_tolerance
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_TRITON_HEAD_DIM = 256
@@ -510,6 +513,59 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
 
 
 # --------------------------------------------------------------------------------------------- dispatcher
+def _attention_bucket(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, sliding_window=None, softcap=None,
+                      sinks=None) -> str:
+    B, Hq, S, D = q.shape
+    L = k_prefix.shape[1]
+    cut = sliding_window is not None and sliding_window < L + S
+    return (f"rows {pow2_bucket(B * S)}, keys {pow2_bucket(L + S)}, D {D}, G {Hq // max(1, k_prefix.shape[0])}, "
+            f"{'window' if cut else 'causal'}, {str(q.dtype)[6:]}" + (", softcap" if softcap is not None else "")
+            + (", sinks" if sinks is not None else ""))
+
+
+def _attention_flops(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, sliding_window=None, softcap=None,
+                     sinks=None) -> int:
+    """4 x D x (query, key) pairs any exact method computes, per query head."""
+    B, Hq, S, D = q.shape
+    L = k_prefix.shape[1]
+    w = sliding_window or (L + S)
+    pairs = sum(min(L + i + 1, w) for i in range(S))
+    return 4 * B * Hq * D * pairs
+
+
+def _no_softcap(what):
+    def refusal(q, *a, softcap=None, **k):
+        if q.device.type != "cpu":
+            return f"{what} is CPU only"
+        return f"no soft-capping in {what}" if softcap is not None else None
+    return refusal
+
+
+def _c_refusal(q, *a, softcap=None, **k):
+    return c_attention_refusal(q, softcap)
+
+
+def _drop_softcap(fn):
+    def run(*args, softcap=None, **kw):
+        return fn(*args, **kw)
+    return run
+
+
+def _attention_sample(q, k_prefix, v_prefix, k_suffix, v_suffix, **kw):
+    """At most 4 batch rows: every row sees the same keys, so time per row holds."""
+    n = min(4, q.shape[0])
+    return (q[:n], k_prefix, v_prefix, k_suffix[:n], v_suffix[:n]), kw
+
+
+ATTENTION = Kernel(
+    "attention",
+    [Candidate("C", _drop_softcap(shared_prefix_attention_c), _c_refusal, native=True),
+     Candidate("aten", _drop_softcap(shared_prefix_attention_aten), _no_softcap("ATen's flash path")),
+     Candidate("torch", shared_prefix_attention_ref)],
+    reference="torch", bucket=_attention_bucket, error=max_abs, tolerance=scaled_tolerance(1e-5),
+    work=_attention_flops, sample=_attention_sample)
+
+
 def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
                             sliding_window: int | None = None, softcap: float | None = None,
                             sinks: torch.Tensor | None = None, backend: str = "auto") -> torch.Tensor:
@@ -524,19 +580,26 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale:
         softcap: scores <- softcap * tanh(scores / softcap), applied after scaling, before masking.
         sinks: (Hq,) attention-sink logits (GPT-OSS): each enters its head's softmax denominator once, across
             the prefix and suffix parts, as a key whose value is zero.
-        backend: "auto" (Triton on CUDA; on CPU without soft-cap :func:`shared_prefix_attention_cpu`: the C
-            kernel of ``cpu_attention`` where it applies, else ATen's fused flash path; with soft-cap the
-            reference), "ref", "triton" or "cpu".
+        backend: "auto" (Triton on CUDA; on CPU :data:`ATTENTION`: the C kernel of ``cpu_attention``, ATen's fused
+            flash path or the reference, whichever measured fastest here for the shape; with soft-cap only the
+            reference applies), "ref", "triton" or "cpu" (:func:`shared_prefix_attention_cpu`).
 
     Returns: (B, Hq, S, D) in q's dtype.
     """
     _check_inputs(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, sliding_window, softcap, sinks)
-    if backend == "cpu" or (backend == "auto" and q.device.type == "cpu" and softcap is None):
+    kw = dict(scale=scale, sliding_window=sliding_window, softcap=softcap, sinks=sinks)
+    if backend == "auto" and q.device.type == "cpu":
+        return ATTENTION(q, k_prefix, v_prefix, k_suffix, v_suffix, **kw)
+    bucket = _attention_bucket(q, k_prefix, v_prefix, k_suffix, v_suffix, **kw)
+    if backend == "cpu":
         if softcap is not None or q.device.type != "cpu":
             raise ValueError("backend='cpu' needs CPU tensors and no soft-cap; use backend='ref'")
+        impl = "C" if c_attention_refusal(q) is None else "aten"
+        record("attention", impl, bucket, {"choice": impl, "why": "backend='cpu'"})
         return shared_prefix_attention_cpu(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale,
                                            sliding_window=sliding_window, sinks=sinks)
     path = resolve_backend(backend, q.device, supported=q.shape[-1] <= MAX_TRITON_HEAD_DIM)
     fn = shared_prefix_attention_triton if path == "triton" else shared_prefix_attention_ref
-    return fn(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, sliding_window=sliding_window,
-              softcap=softcap, sinks=sinks)
+    record("attention", "triton" if path == "triton" else "torch", bucket,
+           {"choice": path, "why": f"backend={backend!r} on {q.device.type}"})
+    return fn(q, k_prefix, v_prefix, k_suffix, v_suffix, **kw)

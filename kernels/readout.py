@@ -11,8 +11,9 @@ whole vocabulary (V = 262,144 for Gemma-3). Plain PyTorch materialises (R, V) lo
   separate (R, M, d) dot against the gathered label rows of the weight.
 * :func:`.cpu_readout.logsumexp_c` - CPU: the C kernel (fp32, no soft-cap; built at first use) for the
   log-sum-exp, the label logits from the same small dot.
-* :func:`label_logprobs` - dispatcher (``backend="auto" | "ref" | "triton" | "cpu"``; "auto" on CPU takes the
-  C kernel from ``MIN_ROWS`` rows where it applies, else the reference).
+* :func:`label_logprobs` - dispatcher (``backend="auto" | "ref" | "triton" | "cpu"``; "auto" on CPU runs
+  :data:`READOUT_LSE`: the C kernel or the reference, whichever measured faster on this machine for the rows and
+  width, :mod:`.dispatch`).
 * :func:`label_logprobs_plain` - full logits + torch log-softmax in fp32: the ground truth.
 """
 
@@ -31,7 +32,8 @@ from ._triton_util import (
     tl,
     triton,
 )
-from .cpu_readout import MIN_ROWS, c_readout_refusal, logsumexp_c
+from .cpu_readout import CALL_MACS, c_readout_refusal, logsumexp_c
+from .dispatch import Candidate, Kernel, max_abs, pow2_bucket, record
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -98,6 +100,9 @@ def _label_logits(hidden, weight, label_ids, softcap) -> torch.Tensor:
 def _lse_ref(hidden, weight, softcap, chunk) -> torch.Tensor:
     h = hidden.float()
     lse = torch.full((hidden.shape[0],), float("-inf"), dtype=torch.float32, device=hidden.device)
+    if hidden.device.type == "cpu":  # one GEMM of at most CALL_MACS, as the C kernel's calls: Ctrl-C / SIGTERM
+        # are handled between GEMMs (many read rows made a single chunk a minute-long uninterruptible call)
+        chunk = min(chunk, max(256, CALL_MACS // max(1, hidden.shape[0] * hidden.shape[1])))
     for start in range(0, weight.shape[0], chunk):
         logits = h @ weight[start:start + chunk].float().T  # (R, chunk) fp32
         if softcap is not None:
@@ -219,6 +224,29 @@ def label_logprobs_triton(hidden, weight, label_ids, *, softcap: float | None = 
 
 
 # --------------------------------------------------------------------------------------------- dispatcher
+MEASURE_VOCAB = 32_768  # the dispatcher times the candidates on this many vocabulary rows (time ~ linear in V)
+
+
+def _lse_bucket(hidden, weight, softcap, chunk) -> str:
+    return (f"rows {pow2_bucket(hidden.shape[0])}, d {hidden.shape[1]}, {str(hidden.dtype)[6:]}"
+            + (", softcap" if softcap is not None else ""))
+
+
+def _lse_tolerance(ref) -> float:
+    """1e-5 absolute on log-sum-exps of magnitude <= 10, relative 1e-6 above (fp32 rounding of the logits)."""
+    return max(1e-5, 1e-6 * float(ref.abs().max())) if ref.numel() else 1e-5
+
+
+READOUT_LSE = Kernel(
+    "readout",
+    [Candidate("C", lambda h, w, softcap, chunk: logsumexp_c(h, w),
+               lambda h, w, softcap, chunk: c_readout_refusal(h, w, softcap), native=True),
+     Candidate("torch", _lse_ref)],  # chunked hidden @ weight.T (MKL) + torch.logsumexp
+    reference="torch", bucket=_lse_bucket, error=max_abs, tolerance=_lse_tolerance,
+    work=lambda h, w, softcap, chunk: 2 * h.shape[0] * w.shape[0] * h.shape[1],
+    sample=lambda h, w, softcap, chunk: ((h, w[:MEASURE_VOCAB], softcap, chunk), {}))
+
+
 def label_logprobs(hidden, weight, label_ids, *, softcap: float | None = None, chunk: int = 8192,
                    backend: str = "auto") -> LabelReadout:
     """Full-vocabulary log-sum-exp and label logits of ``hidden @ weight.T`` without (R, V) logits.
@@ -229,22 +257,28 @@ def label_logprobs(hidden, weight, label_ids, *, softcap: float | None = None, c
         label_ids: (R, M) integer token ids per row, or (M,) shared by all rows.
         softcap: final-logit soft-capping, logits <- softcap * tanh(logits / softcap).
         chunk: vocabulary entries processed per step (bounds the temporary (R, chunk) logits).
-        backend: "auto" (Triton on CUDA; on CPU the C kernel of ``cpu_readout`` in fp32 without soft-cap from
-            ``MIN_ROWS`` rows, else the reference), "ref", "triton" or "cpu" (the C kernel).
+        backend: "auto" (Triton on CUDA; on CPU :data:`READOUT_LSE`: the C kernel of ``cpu_readout`` or the
+            reference, whichever measured faster here for this many rows), "ref", "triton" or "cpu" (the C kernel).
 
     Returns: :class:`LabelReadout` with fp32 ``logsumexp`` (R,), ``label_logits`` (R, M) and the
     ``label_logprobs`` property.
     """
     label_ids = _check_inputs(hidden, weight, label_ids, softcap, chunk)
-    if backend == "cpu" or (backend == "auto" and hidden.shape[0] >= MIN_ROWS
-                            and c_readout_refusal(hidden, weight, softcap) is None):
+    if backend == "auto" and hidden.device.type == "cpu":
+        lse = READOUT_LSE(hidden, weight, softcap, chunk)
+        return LabelReadout(lse, _label_logits(hidden, weight, label_ids, softcap))
+    bucket = _lse_bucket(hidden, weight, softcap, chunk)
+    if backend == "cpu":
         reason = c_readout_refusal(hidden, weight, softcap)
         if reason:
             raise ValueError(f"backend='cpu' cannot run: {reason}; use backend='ref'")
+        record("readout", "C", bucket, {"choice": "C", "why": "backend='cpu'"})
         return LabelReadout(logsumexp_c(hidden, weight), _label_logits(hidden, weight, label_ids, softcap))
     path = resolve_backend(backend, hidden.device)
     if path == "triton" and hidden.shape[0] > 0:
         lse = _lse_triton(hidden, weight, softcap, chunk)
     else:
         lse = _lse_ref(hidden, weight, softcap, chunk)
+        path = "torch"
+    record("readout", path, bucket, {"choice": path, "why": f"backend={backend!r} on {hidden.device.type}"})
     return LabelReadout(lse, _label_logits(hidden, weight, label_ids, softcap))

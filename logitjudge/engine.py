@@ -302,18 +302,21 @@ def prompt_job(prompts: list[EncodedPrompt]) -> Job:
 
 
 def plain_prompt_logprobs(model, prompts: list[EncodedPrompt]) -> list[np.ndarray]:
-    """Reference path: the model's own full forward per (prompt, label) sequence, no cache, fp32 full-vocabulary
-    log-softmax. Options whose label is one token share the forward of the bare prompt."""
+    """Reference path: the model's own full forward per (prompt, label) sequence, no cache, its fp32 logits and a
+    full-vocabulary log-softmax of them (in fp64). Options whose label is one token share the forward of the bare
+    prompt."""
     out = []
     device = next(model.parameters()).device
     with torch.inference_mode():
         for ep in prompts:
             seqs = {tuple(ep.prompt_ids) + tuple(c[:-1]) for c in ep.continuation_ids}
             logp = {}
+            n = len(ep.prompt_ids)
             for seq in seqs:
                 logits = model(input_ids=torch.tensor([seq], device=device)).logits[0]  # (T, V)
-                logp[seq] = torch.log_softmax(logits.float(), dim=-1)
-            n = len(ep.prompt_ids)
-            out.append(np.array([sum(float(logp[tuple(ep.prompt_ids) + tuple(c[:-1])][n - 1 + t, c[t]])
+                # the model's fp32 logits, normalised in fp64 at the read positions: torch's fp32 log_softmax over
+                # Gemma-3's 262,144 entries is itself off by up to ~1e-4 (the engine's read-out is not)
+                logp[seq] = torch.log_softmax(logits[n - 1:].float().double(), dim=-1)
+            out.append(np.array([sum(float(logp[tuple(ep.prompt_ids) + tuple(c[:-1])][t, c[t]])
                                      for t in range(len(c))) for c in ep.continuation_ids]))
     return out

@@ -16,13 +16,16 @@ GF = 1e9
 @pytest.fixture
 def rates(monkeypatch, tmp_path):
     """Injects measured rates (GFLOP/s per route) into a fresh cache directory; returns the setter."""
+    from logitjudge_kernels import dispatch
+
     monkeypatch.setenv("LOGITJUDGE_CACHE", str(tmp_path))
+    monkeypatch.setattr(dispatch, "busy", lambda: False)  # a quiet machine unless a test says otherwise
     ad._gemm_rates.cache_clear()
     calls = []
 
     def set_rates(**r):
-        monkeypatch.setattr(ad, "measure_gemm_rates",
-                            lambda device="cpu", repeats=7: calls.append(device) or {k: v * GF for k, v in r.items()})
+        monkeypatch.setattr(ad, "measure_gemm_rates", lambda device="cpu", repeats=7, routes=None:
+                            calls.append(device) or {k: v * GF for k, v in r.items() if not routes or k in routes})
         ad._gemm_rates.cache_clear()
         (tmp_path / "gemm_rates.json").unlink(missing_ok=True)
         return calls
@@ -67,9 +70,44 @@ def test_rates_are_measured_once_per_machine_and_cached_on_disk(rates, tmp_path)
     assert ad.cpu_model() in key and f"{torch.get_num_threads()} threads" in key
 
 
+def test_rates_measured_on_a_busy_machine_are_measured_again_when_quieter(rates, tmp_path, monkeypatch):
+    from logitjudge_kernels import dispatch
+
+    calls = rates(fp32=100, bf16=50, bf16_upcast=99)
+    monkeypatch.setattr(dispatch, "busy", lambda: True)
+    ad.gemm_rates("cpu")
+    ad._gemm_rates.cache_clear()
+    ad.gemm_rates("cpu")  # still busy: the provisional rates are used
+    assert calls == ["cpu"] and json.loads((tmp_path / "gemm_rates.json").read_text())[
+        ad.machine_key("cpu")]["provisional"] is True
+    monkeypatch.setattr(dispatch, "busy", lambda: False)
+    ad._gemm_rates.cache_clear()
+    ad.gemm_rates("cpu")  # quieter: measured again, and kept
+    ad._gemm_rates.cache_clear()
+    ad.gemm_rates("cpu")
+    assert calls == ["cpu", "cpu"] and json.loads((tmp_path / "gemm_rates.json").read_text())[
+        ad.machine_key("cpu")]["provisional"] is False
+
+
 def test_measured_rates_are_positive_for_every_route():
     r = ad.measure_gemm_rates("cpu", repeats=1)
-    assert set(r) == {"fp32", "bf16", "bf16_upcast"} and all(v > 0 for v in r.values())
+    assert set(r) == {"fp32", "bf16", "bf16_upcast"} and all(v > 0 for v in r.values())  # no fp16 route
+    plain = ad.measure_gemm_rates("cpu", repeats=1, routes=("fp32", "fp32_plain"))
+    assert set(plain) == {"fp32", "fp32_plain"} and all(v > 0 for v in plain.values())
+
+
+@pytest.mark.parametrize("packed,plain,want", [(100, 105, "fp32"), (100, 115, "plain"), (100, 60, "fp32")])
+def test_fp32_route_is_plain_only_when_measured_clearly_faster(rates, packed, plain, want):
+    """The native path's fp32 GEMMs: oneDNN-packed unless plain MKL measured PLAIN_MARGIN times faster."""
+    rates(fp32=packed, fp32_plain=plain)
+    assert ad.fp32_route("cpu") == want
+
+
+def test_auto_keeps_fp32_where_bf16_is_not_faster(rates):
+    """An AVX2-only CPU (no bf16 dot products: bf16 GEMMs emulated, upcast copies at the fp32 rate): fp32."""
+    rates(fp32=130, bf16=20, bf16_upcast=115)
+    dtype, why = ad.resolve_dtype("auto", "cpu")
+    assert dtype == "fp32" and "0.88x" in why
 
 
 def test_cpu_description_names_model_and_isa():

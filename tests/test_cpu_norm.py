@@ -1,11 +1,25 @@
-"""The fused C row kernels (kernels/cpu_norm.c) against their PyTorch references, and their fallbacks."""
+"""The fused C row kernels (kernels/cpu_norm.c) against their PyTorch references, and their fallbacks.
+
+The parity tests run the native build and, on x86, the ``-march=x86-64-v3`` (AVX2) and ``x86-64-v2`` builds."""
 
 from __future__ import annotations
+
+import platform
 
 import logitjudge_kernels._cbuild as cb
 import logitjudge_kernels.cpu_norm as cn
 import pytest
 import torch
+
+TARGETS = ["native"] + (["x86-64-v3", "x86-64-v2"] if platform.machine() in ("x86_64", "AMD64") else [])
+
+
+@pytest.fixture(params=TARGETS)
+def target(request):
+    why = cn._library(request.param)[1]
+    if why:
+        pytest.skip(f"no {request.param} build here: {why[:200]}")
+    return request.param
 
 # fp32: the C kernels add the sum of squares in another order than torch (vectorised partial sums)
 RTOL, ATOL = 1e-5, 1e-5
@@ -31,36 +45,37 @@ def _close(a, b):
 
 
 @pytest.mark.parametrize("rows,d", [(1, 8), (7, 640), (300, 33), (0, 16)])
-def test_rms_norm_matches_reference(rows, d):
+def test_rms_norm_matches_reference(rows, d, target):
     _needs_c()
     g = torch.Generator().manual_seed(rows + d)
     x = torch.randn(rows, d, generator=g) * 3
     w = 1 + 0.1 * torch.randn(d, generator=g)
-    out = cn.rms_norm(x, w, 1e-6)
+    out = cn.rms_norm_c(x, w, 1e-6, target=target)
     assert out.shape == x.shape and out.dtype == torch.float32
     _close(out, cn.rms_norm_ref(x, w, 1e-6))
 
 
-def test_rms_norm_strided_rows_and_heads():
+def test_rms_norm_strided_rows_and_heads(target):
     """Rows at a stride (a column slice of a wider matrix) and a (rows, heads, D) input are read in place."""
     _needs_c()
     g = torch.Generator().manual_seed(3)
     wide = torch.randn(5, 7, 96, generator=g)
     w = 1 + 0.1 * torch.randn(32, generator=g)
     x = wide[:, :, 32:64]  # (5, 7, 32), rows 96 floats apart
-    _close(cn.rms_norm(x, w, 1e-6), cn.rms_norm_ref(x, w, 1e-6))
+    _close(cn.rms_norm_c(x, w, 1e-6, target=target), cn.rms_norm_ref(x, w, 1e-6))
     heads = wide.view(5, 21, 32)
-    _close(cn.rms_norm(heads, w, 1e-6), cn.rms_norm_ref(heads, w, 1e-6))
-    _close(cn.rms_norm(wide.transpose(0, 1)[..., :32], w, 1e-6), cn.rms_norm_ref(wide.transpose(0, 1)[..., :32],
-                                                                                w, 1e-6))
+    _close(cn.rms_norm_c(heads, w, 1e-6, target=target), cn.rms_norm_ref(heads, w, 1e-6))
+    cols = wide.transpose(0, 1)[..., :32]
+    _close(cn.rms_norm_c(cols, w, 1e-6, target=target), cn.rms_norm_ref(cols, w, 1e-6))
 
 
-def test_residual_rms_norm_matches_reference():
+def test_residual_rms_norm_matches_reference(target):
     _needs_c()
     g = torch.Generator().manual_seed(4)
     x, y = torch.randn(2, 9, 640, generator=g), 5 * torch.randn(2, 9, 640, generator=g)
     w_y, w_next = 1 + 0.2 * torch.randn(640, generator=g), 1 + 0.2 * torch.randn(640, generator=g)
-    got, want = cn.residual_rms_norm(x, y, w_y, w_next, 1e-6), cn.residual_rms_norm_ref(x, y, w_y, w_next, 1e-6)
+    got = cn.residual_rms_norm_c(x, y, w_y, w_next, 1e-6, target=target)
+    want = cn.residual_rms_norm_ref(x, y, w_y, w_next, 1e-6)
     assert got[0].shape == got[1].shape == x.shape
     _close(got[0], want[0])
     _close(got[1], want[1])
@@ -68,7 +83,7 @@ def test_residual_rms_norm_matches_reference():
 
 
 @pytest.mark.parametrize("heads,kv_heads,D", [(4, 1, 256), (8, 2, 64), (0, 1, 16), (2, 2, 1024)])
-def test_qk_norm_rope_matches_reference(heads, kv_heads, D):
+def test_qk_norm_rope_matches_reference(heads, kv_heads, D, target):
     _needs_c()
     g = torch.Generator().manual_seed(heads * 100 + D)
     B, S = 3, 5
@@ -76,7 +91,8 @@ def test_qk_norm_rope_matches_reference(heads, kv_heads, D):
     ang = torch.randn(B, S, D // 2, generator=g)
     cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
     q_w, k_w = 1 + 0.1 * torch.randn(D, generator=g), 1 + 0.1 * torch.randn(D, generator=g)
-    got = cn.qk_norm_rope(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=1e-6)
+    got = cn.qk_norm_rope_c(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=1e-6,
+                            target=target)
     want = cn.qk_norm_rope_ref(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=1e-6)
     for a, b, h in zip(got, want, (heads, kv_heads, kv_heads)):
         assert a.shape == (B, h, S, D) and a.is_contiguous()
@@ -102,7 +118,7 @@ def test_qk_norm_rope_reference_is_the_model_math():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_low_precision_runs_the_fp32_kernel_and_rounds_once(dtype):
+def test_low_precision_runs_the_fp32_kernel_and_rounds_once(dtype, target):
     """bf16/fp16: the fp32 kernel on upcast copies, results in the input dtype; within 2 units in the last
     place (at 1.0) of the reference, which rounds after every op."""
     _needs_c()
@@ -110,20 +126,51 @@ def test_low_precision_runs_the_fp32_kernel_and_rounds_once(dtype):
     g = torch.Generator().manual_seed(8)
     x, y = torch.randn(6, 64, generator=g).to(dtype), torch.randn(6, 64, generator=g).to(dtype)
     w, w2 = 1 + 0.1 * torch.randn(64, generator=g), 1 + 0.1 * torch.randn(64, generator=g)
-    out = cn.rms_norm(x, w, 1e-6)
+    out = cn.rms_norm_c(x, w, 1e-6, target=target)
     assert out.dtype == dtype
-    assert torch.equal(out, cn.rms_norm(x.float(), w, 1e-6).to(dtype))
-    for a, b in zip(cn.residual_rms_norm(x, y, w, w2, 1e-6), cn.residual_rms_norm_ref(x, y, w, w2, 1e-6)):
+    assert torch.equal(out, cn.rms_norm_c(x.float(), w, 1e-6, target=target).to(dtype))
+    got = cn.residual_rms_norm_c(x, y, w, w2, 1e-6, target=target)
+    for a, b in zip(got, cn.residual_rms_norm_ref(x, y, w, w2, 1e-6)):
         assert a.dtype == dtype
         torch.testing.assert_close(a.float(), b.float(), rtol=2 * ulp, atol=2 * ulp)
     qkv = torch.randn(2, 3, 3 * 32, generator=g).to(dtype)
     ang = torch.randn(2, 3, 16, generator=g)
     cos, sin = torch.cat([ang.cos()] * 2, -1).to(dtype), torch.cat([ang.sin()] * 2, -1).to(dtype)
-    got = cn.qk_norm_rope(qkv, w[:32], w2[:32], cos, sin, heads=1, kv_heads=1, eps=1e-6)
+    got = cn.qk_norm_rope_c(qkv, w[:32], w2[:32], cos, sin, heads=1, kv_heads=1, eps=1e-6, target=target)
     want = cn.qk_norm_rope_ref(qkv, w[:32], w2[:32], cos, sin, heads=1, kv_heads=1, eps=1e-6)
     for a, b in zip(got, want):
         assert a.dtype == dtype
         torch.testing.assert_close(a.float(), b.float(), rtol=2 * ulp, atol=2 * ulp)
+
+
+@pytest.mark.parametrize("setting", ["auto", "1", "0"])
+def test_dispatchers_run_a_candidate_and_record_it(setting, monkeypatch, tmp_path):
+    """Each dispatcher runs the C kernel or the reference (auto: whichever measured faster; 1: C; 0: the
+    reference), equal to that candidate's own output, and records which."""
+    from logitjudge_kernels import dispatch
+
+    _needs_c()
+    monkeypatch.setenv("LOGITJUDGE_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv(cb.DISABLE_ENV, setting)
+    g = torch.Generator().manual_seed(12)
+    x, y = torch.randn(2, 9, 64, generator=g), torch.randn(2, 9, 64, generator=g)
+    w, w2 = 1 + 0.1 * torch.randn(64, generator=g), 1 + 0.1 * torch.randn(64, generator=g)
+    qkv = torch.randn(2, 9, 4 * 16, generator=g)
+    ang = torch.randn(2, 9, 8, generator=g)
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    calls = {"rms_norm": (cn.rms_norm, cn.rms_norm_c, cn.rms_norm_ref, (x, w, 1e-6), {}),
+             "residual_rms_norm": (cn.residual_rms_norm, cn.residual_rms_norm_c, cn.residual_rms_norm_ref,
+                                   (x, y, w, w2, 1e-6), {}),
+             "qk_norm_rope": (cn.qk_norm_rope, cn.qk_norm_rope_c, cn.qk_norm_rope_ref, (qkv, w[:16], w2[:16], cos, sin),
+                              dict(heads=2, kv_heads=1, eps=1e-6))}
+    for name, (fn, c, ref, args, kw) in calls.items():
+        with dispatch.recording() as rec:
+            got = fn(*args, **kw)
+        (impl,) = rec.ran(name)
+        assert impl == {"1": "C", "0": "torch"}.get(setting, impl)
+        want = (c if impl == "C" else ref)(*args, **kw)
+        for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            assert torch.equal(a, b)
 
 
 def test_non_cpu_and_other_dtypes_take_the_reference():

@@ -6,7 +6,7 @@
 * :mod:`.capabilities`: which backend computes which model, and which one ``auto`` picks;
 * :mod:`.features` (attention features read from config and modules), :mod:`.prefix` (the prefix cache held once
   on the trie), :mod:`.head` (the read-out every caller shares), :mod:`.hooks` (named hook points),
-  :mod:`.baselines` (the transformers baselines of the benchmarks), :mod:`.kernel_report`.
+  :mod:`.baselines` (the transformers baselines of the benchmarks).
 """
 
 from .backends import BACKENDS, Backend

@@ -30,6 +30,7 @@ class Backend:
     batch costs the prefix once per row. ``route``: how its GEMMs run (for the meta)."""
 
     name: ClassVar[str] = ""
+    _kernel_record = None  # the dispatcher's Recorder, made at the first recording()
     supports: ClassVar[frozenset] = frozenset()
     mixes_prefixes: ClassVar[bool] = False
     caches: ClassVar[bool] = True
@@ -84,18 +85,23 @@ class Backend:
     # ---- (d) the kernels it ran ---------------------------------------------------------------------------
     def recording(self):
         """Where the kernels this backend runs are recorded: every forward and every read-out of its
-        :attr:`head` runs inside this context. The kernel dispatcher's record (``logitjudge_kernels``:
-        ``with dispatch.recording() as rec``) is to be taken here, accumulated over the backend's life, and
-        :meth:`kernels` then returns ``rec.as_meta()``; until then nothing is recorded."""
-        return contextlib.nullcontext()
+        :attr:`head` runs inside this context, which records into the kernel dispatcher's recorder
+        (``logitjudge_kernels.dispatch``) that this backend keeps over its life (re-entering it counts a call
+        once)."""
+        from logitjudge_kernels import dispatch
+
+        if self._kernel_record is None:
+            self._kernel_record = dispatch.Recorder()
+        return dispatch.recording(self._kernel_record)
 
     def kernels(self) -> dict:
-        """Which implementation ran each kernel (attention, read-out, norms), for the table's meta. Until the
-        dispatcher's record is taken in :meth:`recording`, derived from the dispatch rules
-        (:func:`~logitjudge.judge.kernel_report.derived_kernels`)."""
-        from ..kernel_report import derived_kernels
-
-        return derived_kernels(self)
+        """What ran, for the table's meta, as the kernels' dispatcher recorded it in this backend's forwards and
+        read-outs: per kernel (attention, readout, rms_norm, residual_rms_norm, qk_norm_rope) the implementations
+        that ran (C, aten, torch, triton) with their shape buckets and call counts, and the decision behind each
+        bucket (measured rates, or why it was forced). Nothing is re-derived, so a kernel that did not run (e.g.
+        attention inside transformers' own modules) is absent; empty when this backend ran nothing yet (a resumed
+        run whose batches were all saved)."""
+        return {} if self._kernel_record is None else self._kernel_record.as_meta()
 
     # ---- hook points (the probe) --------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -167,8 +167,10 @@ def gemm_route(dtype: torch.dtype, device: torch.device) -> str:
     "plain" (``F.linear`` on the weights as they are: GPUs, fp16, no oneDNN)."""
     if device.type != "cpu" or not _packing_available():
         return "plain"
-    if dtype == torch.float32:
-        return "fp32"
+    if dtype == torch.float32:  # packed unless plain MKL GEMMs measured faster on this CPU
+        from ...autodtype import fp32_route
+
+        return fp32_route("cpu")
     if dtype != torch.bfloat16:
         return "plain"
     if not _bf16_gemms_available():

@@ -1,0 +1,229 @@
+"""The kernels' dispatcher (kernels/dispatch.py): choice by measurement, its cache key, its on-disk decisions, the
+LOGITJUDGE_CPU_KERNELS switch, and the record of what ran that becomes a table's meta["kernels"]."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from logitjudge_kernels import _cbuild, dispatch
+from logitjudge_kernels.dispatch import Candidate, Kernel, max_abs, pow2_bucket, scaled_tolerance
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private decision cache; the switch at its default (auto)."""
+    monkeypatch.setenv("LOGITJUDGE_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.delenv(dispatch.MODE_ENV, raising=False)
+    return tmp_path
+
+
+def _slow(x):
+    time.sleep(0.02)
+    return x * 2
+
+
+def _kernel(name="toy", calls=None, **extra):
+    """ref (x * 2), fast (x + x), slow (sleeps), wrong (fast but off by 1): ``calls`` counts the runs."""
+    calls = calls if calls is not None else {}
+
+    def counted(tag, fn):
+        def run(x):
+            calls[tag] = calls.get(tag, 0) + 1
+            return fn(x)
+        return run
+
+    cands = [Candidate("ref", counted("ref", lambda x: x * 2)),
+             Candidate("slow", counted("slow", _slow), native=True),
+             Candidate("fast", counted("fast", lambda x: x + x)),
+             Candidate("wrong", counted("wrong", lambda x: x * 2 + 1))]
+    return Kernel(name, cands, reference="ref", bucket=lambda x: f"rows {pow2_bucket(x.shape[0])}",
+                  error=max_abs, tolerance=scaled_tolerance(1e-6), work=lambda x: x.numel(), unit="Gel/s",
+                  **extra), calls
+
+
+def test_a_slow_or_inexact_candidate_is_never_chosen(cache):
+    k, calls = _kernel()
+    x = torch.randn(300, 64)
+    with dispatch.recording() as rec:
+        for _ in range(5):
+            assert torch.equal(k(x), x * 2)
+    assert rec.ran("toy") <= {"ref", "fast"}
+    meta = rec.as_meta()["toy"]
+    choice = meta["choices"]["rows 257-512"]
+    assert choice["choice"] in ("ref", "fast") and choice["why"] == "measured fastest"
+    assert choice["rates"]["slow"] < min(choice["rates"]["fast"], choice["rates"]["ref"])
+    assert "wrong" not in choice["rates"] and "tolerance" in choice["not_exact"]["wrong"]
+    assert calls["wrong"] == 1  # run once, for the exactness check; never timed, never chosen
+    slow_runs = calls["slow"]
+    k(x)
+    assert calls["slow"] == slow_runs  # measured once per bucket, never run again
+
+
+def test_decisions_are_cached_on_disk_next_to_the_kernels(cache, monkeypatch):
+    k, _ = _kernel("toy_disk")
+    x = torch.randn(5, 8)
+    k(x)
+    files = list(cache.glob("dispatch-*.json"))
+    assert len(files) == 1 and files[0].parent == _cbuild.cache_dir()
+    saved = json.loads(files[0].read_text())
+    assert saved["key"] == dispatch.machine_key()
+    assert saved["decisions"]["toy_disk"]["rows 5-8"]["choice"] in ("ref", "fast")
+    # a new process (no memory of it): read from disk, not measured again
+    dispatch._TABLES.clear()
+    k2, calls = _kernel("toy_disk")
+    monkeypatch.setattr(Kernel, "measure", lambda *a: pytest.fail("measured again"))
+    with dispatch.recording() as rec:
+        k2(x)
+    assert rec.ran("toy_disk") <= {"ref", "fast"} and "slow" not in calls
+
+
+def test_the_cache_key_changes_with_cpu_flags_and_threads(cache):
+    base = dispatch.machine_key(threads=2, flags="fpu sse2 avx2 fma")
+    assert dispatch.key_id(base) == dispatch.key_id(dispatch.machine_key(threads=2, flags="fpu sse2 avx2 fma"))
+    assert dispatch.key_id(base) != dispatch.key_id(dispatch.machine_key(threads=1, flags="fpu sse2 avx2 fma"))
+    assert dispatch.key_id(base) != dispatch.key_id(dispatch.machine_key(threads=2,
+                                                                         flags="fpu sse2 avx2 fma avx512f"))
+    for field in ("cpu", "torch", "sources", "target"):
+        assert field in base
+    # a new thread count measures again, into its own file
+    k, calls = _kernel("toy_threads")
+    x = torch.randn(5, 8)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        k(x)
+        torch.set_num_threads(2)
+        k(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert calls["slow"] == 2 * calls["slow"] // 2 >= 2  # measured under each thread count
+    assert len(list(cache.glob("dispatch-*.json"))) == 2
+
+
+@pytest.mark.parametrize("setting,expected", [("1", "slow"), ("0", "ref")])
+def test_the_switch_forces_the_c_kernel_or_the_first_other(cache, monkeypatch, setting, expected):
+    """1: the native (C) candidate wherever it applies, unmeasured, however slow; 0: never a native one."""
+    monkeypatch.setenv(dispatch.MODE_ENV, setting)
+    k, calls = _kernel("toy_switch")
+    with dispatch.recording() as rec:
+        k(torch.randn(4, 4))
+    assert rec.ran("toy_switch") == {expected}
+    assert rec.as_meta()["toy_switch"]["choices"]["rows 3-4"]["why"] == f"{dispatch.MODE_ENV}={setting}"
+    assert set(calls) == {expected}
+
+
+def test_a_refused_candidate_is_not_run_and_says_why(cache):
+    cands = [Candidate("torch", lambda x: x * 2),
+             Candidate("C", lambda x: pytest.fail("ran a refused candidate"), lambda x: "no soft-capping here",
+                       native=True)]
+    k = Kernel("toy_refused", cands, reference="torch", bucket=lambda x: "any", error=max_abs,
+               tolerance=scaled_tolerance(1e-6), work=lambda x: 1)
+    with dispatch.recording() as rec:
+        k(torch.ones(3))
+    choice = rec.as_meta()["toy_refused"]["choices"]["any"]
+    assert rec.ran("toy_refused") == {"torch"} and choice["why"] == "the only one that applies"
+    assert choice["refused"] == {"C": "no soft-capping here"}
+
+
+def test_recording_sees_only_its_own_span():
+    k, _ = _kernel("toy_span")
+    x = torch.randn(2, 2)
+    with dispatch.recording() as outer:
+        k(x)
+        with dispatch.recording() as inner:
+            k(x)
+    k(x)
+    assert outer.as_meta()["toy_span"]["ran"][next(iter(outer.ran("toy_span")))]["calls"] == 2
+    assert sum(v["calls"] for v in inner.as_meta()["toy_span"]["ran"].values()) == 1
+    assert dispatch.Recorder().as_meta() == {}
+
+
+def test_a_kept_recorder_counts_a_nested_call_once():
+    """A backend records into one recorder over its life: its read-out runs inside its forward's recording."""
+    k, _ = _kernel("toy_kept")
+    x = torch.randn(2, 2)
+    kept = dispatch.Recorder()
+    with dispatch.recording(kept):
+        k(x)
+        with dispatch.recording(kept) as again:
+            assert again is kept
+            k(x)
+    with dispatch.recording(kept):
+        k(x)
+    k(x)  # outside: not recorded
+    assert sum(v["calls"] for v in kept.as_meta()["toy_kept"]["ran"].values()) == 3
+
+
+def _score(lm, prefix_mode="auto", n=2):
+    from logitjudge.engine import Engine
+    from logitjudge.items import Item
+    from logitjudge.rubric import builtin_rubric
+    from logitjudge.scoring import score
+
+    items = [Item(f"t{i}", "Once upon a time a cat sat on the mat and the dog barked.") for i in range(n)]
+    return score(lm, items, builtin_rubric("default"), engine=Engine(lm, prefix_mode=prefix_mode), progress=False)
+
+
+def test_a_tables_meta_holds_what_ran_and_the_measured_rates(tiny_lm, cache):
+    table = _score(tiny_lm)
+    kernels = table.meta["kernels"]
+    assert {"attention", "readout", "rms_norm", "residual_rms_norm", "qk_norm_rope"} <= set(kernels)
+    for name, k in kernels.items():
+        for impl, ran in k["ran"].items():
+            for bucket in ran["buckets"]:
+                decision = k["choices"][bucket]
+                assert decision["choice"] == impl, (name, bucket)
+                if decision["why"] == "measured fastest":
+                    assert impl in decision["rates"] and all(r > 0 for r in decision["rates"].values())
+    attention = kernels["attention"]["choices"]
+    assert any(d["why"] == "measured fastest" and {"C", "aten", "torch"} <= set(d["rates"])
+               for d in attention.values()) or _cbuild.compiler() is None
+    json.dumps(table.meta)  # saved with the table
+
+
+def test_a_kernel_that_did_not_run_is_never_reported(cache):
+    """Soft-capped attention goes to the reference: meta says so (not "ATen flash attention", as the re-derived
+    report once did); the plain and copy modes run transformers' own modules: no attention or norm kernel is
+    reported; the shared mode reports attention, not the norms."""
+    from conftest import tiny_gemma, tiny_tokenizer
+
+    from logitjudge.models import LoadedModel
+
+    tok = tiny_tokenizer()
+    model = tiny_gemma(tok)
+    model.config.attn_logit_softcapping = 20.0
+    lm = LoadedModel(model, tok, "tiny-softcapped-attention", dtype="fp32")
+    kernels = _score(lm, prefix_mode="native").meta["kernels"]
+    assert set(kernels["attention"]["ran"]) == {"torch"}
+    for decision in kernels["attention"]["choices"].values():
+        assert decision["choice"] == "torch" and "soft-capping" in decision["refused"]["C"]
+        assert "soft-capping" in decision["refused"]["aten"]
+    plain_lm = LoadedModel(tiny_gemma(tok), tok, "tiny", dtype="fp32")
+    assert set(_score(plain_lm, prefix_mode="plain").meta["kernels"]) == {"readout"}
+    # copy: transformers' attention on copied caches; shared: the attention kernel, transformers' norms
+    assert set(_score(plain_lm, prefix_mode="copy").meta["kernels"]) == {"readout"}
+    assert set(_score(plain_lm, prefix_mode="shared").meta["kernels"]) == {"attention", "readout"}
+
+
+def test_a_decision_taken_on_a_busy_machine_is_measured_again_when_quieter(cache, monkeypatch):
+    k, calls = _kernel("toy_busy")
+    x = torch.randn(5, 8)
+    monkeypatch.setattr(dispatch, "busy", lambda: True)
+    k(x)
+    assert next(iter(json.loads(next(cache.glob("dispatch-*.json")).read_text())["decisions"]["toy_busy"]
+                     .values()))["provisional"] is True
+    measured = calls["slow"]
+    dispatch._TABLES.clear()  # a later process
+    k2, calls2 = _kernel("toy_busy")
+    k2(x)  # still busy: the provisional decision is used
+    assert "slow" not in calls2
+    monkeypatch.setattr(dispatch, "busy", lambda: False)
+    dispatch._TABLES.clear()
+    k3, calls3 = _kernel("toy_busy")
+    k3(x)  # quieter: measured again, and no longer provisional
+    assert calls3["slow"] >= 1 and measured >= 1
+    saved = json.loads(next(cache.glob("dispatch-*.json")).read_text())["decisions"]["toy_busy"]
+    assert next(iter(saved.values()))["provisional"] is False
