@@ -107,10 +107,8 @@ def _same(a: ScoreTable, b: ScoreTable) -> None:
 # process starts. Fixed, not drawn, so that every kind lands in every run of the suite; only the byte at which a
 # record is cut is drawn. Every kill but chain 1's first lands after at least one durable record.
 CHAINS = [
-    ["between:1", "inside:1", "between:2", "batch:1", "last"],
-    ["inside:1@0", "between:3", "batch:2", "inside:2", "between:1"],
-    ["between:2", "inside:2", "between:1", "inside:1@0", "last"],
-    ["inside:2", "batch:1", "between:3", "inside:1", "between:2"],
+    ["inside:1@0", "between:1", "inside:2", "batch:1", "last"],
+    ["between:2", "inside:1", "between:3", "batch:2", "between:1"],
 ]
 
 
@@ -134,7 +132,7 @@ def _kill(rng, point: str, remaining: int) -> tuple[str, str, float | None, int 
 
 @pytest.mark.parametrize("chain", range(len(CHAINS)))
 def test_sigkill_and_resume_is_bitwise_identical(work, tmp_path, chain):
-    """5 SIGKILLs per chain (4 chains: 20) at the points of :data:`CHAINS`, each followed by a resume that is
+    """5 SIGKILLs per chain (2 chains: 10) at the points of :data:`CHAINS`, each followed by a resume that is
     itself killed, until the last resume finishes. No saved item is lost or scored again; each kill leaves the
     records it should; the table equals an uninterrupted run's bit for bit; how many kills landed after a durable
     record is counted and printed in the summary line."""

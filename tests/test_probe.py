@@ -291,7 +291,7 @@ def test_gemma_lens_attention_and_patching_are_exact(gemma_lm):
     every = make_sites(b.n_layers, b.n_heads)
     keep = np.isin(every.layer, [0, 8, 17]) & ((every.kind != 3) | (every.head == 1))
     sites = Sites(every.layer[keep], every.kind[keep], every.head[keep])
-    pairs = make_pairs(orders, "reverse")[:2]
+    pairs = make_pairs(orders, "reverse")[:1]  # one order swap: the plain way is a full forward per site
     clean, patched = patch_item(b, pps, pairs, sites)
     clean_ref, patched_ref = patch_item_plain(gemma_lm.model, pps, pairs, sites)
     assert np.abs(clean - clean_ref).max() < 1e-5 and np.abs(patched - patched_ref).max() < 1e-5

@@ -77,7 +77,7 @@ def test_scores_under_the_greedy_reading_and_without_human_scores():
 def test_scores_flag_refuses_other_suffixes(big, capsys):
     root, _, _ = big
     assert main(["analyze", str(root / "t.npz"), "--scores", str(root / "s.txt")]) == 2
-    assert ".csv or .parquet" in capsys.readouterr().err
+    assert ".parquet or .csv" in capsys.readouterr().err
 
 
 def test_long_export_names_each_option_and_the_judge(tiny_lm):
