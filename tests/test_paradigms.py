@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import fresh_tiny_lm
+from conftest import fresh_tiny_lm, shared_data_dir
 
 from logitjudge.analysis import analyze
 from logitjudge.candidates import plan
@@ -344,9 +344,9 @@ def test_the_benchmark_scores_the_same_items_under_the_three_paradigms(dataset, 
     import importlib.util
     from types import SimpleNamespace
 
-    data = Path(__file__).resolve().parents[1].parent.parent / "shared" / "data"
-    if not (data / dataset).is_dir():
-        pytest.skip(f"no {data / dataset}")
+    data = shared_data_dir(dataset)
+    if data is None:
+        pytest.skip(f"no {dataset} data set beside the repository (../shared/data) or in $LOGITJUDGE_DATA")
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "paradigms.py"
     mod_spec = importlib.util.spec_from_file_location("benchmarks_paradigms", path)
     bench = importlib.util.module_from_spec(mod_spec)
