@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from logitjudge_kernels._cbuild import cpu_model  # one reading of the CPU name, the kernels' cache key too
 
 # stated tolerance of each dtype: max |dp| of option probabilities against the exact fp32 path (README, Exactness;
 # tests/test_native.py checks bf16 on Gemma-3-270M)
@@ -47,17 +48,6 @@ SHAPES = ((640, 1152), (1024, 640), (640, 2048), (640, 2048), (2048, 640))  # (i
 
 def _cache_file() -> Path:
     return Path(os.environ.get("LOGITJUDGE_CACHE", Path.home() / ".cache" / "logitjudge")) / "gemm_rates.json"
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; the processor string elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "cpu model")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def cpu_info() -> dict:
