@@ -74,6 +74,16 @@ def fresh_tiny_lm(alphabet: str = "", **kw) -> LoadedModel:
     return LoadedModel(tiny_gemma(tok, **kw), tok, "tiny-random-gemma3", dtype="fp32")
 
 
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A saved tiny random-weight model folder, loaded by the CLI like any local model (one per test module)."""
+    lm = fresh_tiny_lm()
+    d = tmp_path_factory.mktemp("tiny-model")
+    lm.model.save_pretrained(d)
+    lm.tokenizer.save_pretrained(d)
+    return d
+
+
 @pytest.fixture(scope="session")
 def gemma_lm():
     """The real Gemma-3-270M (converted once from the GGUF into the logitjudge cache)."""

@@ -20,18 +20,6 @@ SENTENCES = ["The cat sat on the mat.", "A dog barked at the moon while the sun 
              "The economy grew by three percent, the article says.", "Once upon a time a cat sat on the mat."]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    sys.path.insert(0, str(Path(__file__).parent))
-    from conftest import fresh_tiny_lm
-
-    lm = fresh_tiny_lm()
-    d = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
 def write_texts(path: Path, n: int) -> Path:
     with path.open("w", encoding="utf-8") as f:
         for i in range(n):

@@ -20,17 +20,7 @@ from logitjudge.cli import main
 from logitjudge.table import ScoreTable
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import fresh_tiny_lm  # noqa: E402
 from test_cli import write_texts  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    lm = fresh_tiny_lm()
-    d = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
 
 
 @pytest.fixture(scope="module")

@@ -27,17 +27,6 @@ BAR = re.compile(r"^scoring +\d+% \[[=>.]+\] ([\d,]+)/([\d,]+) tokens, (\d+)/(\d
                  r"ETA (\d+):(\d\d):(\d\d)$")
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from conftest import fresh_tiny_lm
-
-    lm = fresh_tiny_lm()
-    d = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
 def score_args(model_dir, texts, out) -> list[str]:
     # a small token budget: several batches, each of several forward calls
     return ["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "random:2", "--token-budget",
