@@ -12,9 +12,10 @@ position from the reversed ordering into each ordering (``--pairs reverse``: 10 
 ``8x350`` workload (8 texts of ~350 tokens, balanced(5) = 10 orderings) on gemma-3-270m fp32.
 ``--quick``: 1 text, the first pair (54 patches: 74 full forwards for the plain way). Prints a table and
 writes JSON (``--out``). Peak memory is the peak RSS above the level before each method (a 5 ms sampler
-thread). The plain forward computes the full-vocabulary logits at every position, as the hook libraries do
-(``--plain-logits all``), or only at the positions read (``--plain-logits read``: ``logits_to_keep``, the
-stronger baseline; about 2.5x fewer FLOPs per forward at ~350 tokens on a 262k vocabulary).
+thread). The plain forward computes the full-vocabulary logits only at the positions read (``--plain-logits read``, the
+default: ``logits_to_keep``, the stronger baseline; about 2.5x fewer FLOPs per forward at ~350 tokens on a 262k
+vocabulary), or at every position, as the hook libraries do (``--plain-logits all``). The CPU model and its ISA
+flags are printed and written with the numbers.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/probe.py [--quick] [--threads 2]
 """
@@ -41,9 +42,9 @@ def main(argv=None) -> int:
     ap.add_argument("--pairs", default="reverse", choices=["reverse", "canonical", "all"])
     ap.add_argument("--prefix-mode", default="auto", choices=["auto", "native", "shared", "copy", "plain"])
     ap.add_argument("--token-budget", type=int, default=4096, help="rows x tokens of one patch batch")
-    ap.add_argument("--plain-logits", default="all", choices=["all", "read"],
-                    help="the plain way's logits: at every position, as hook libraries compute them (all), or "
-                         "only at the positions read (read: logits_to_keep, a stronger baseline)")
+    ap.add_argument("--plain-logits", default="read", choices=["read", "all"],
+                    help="the plain way's logits: only at the positions read (read: logits_to_keep, the stronger "
+                         "baseline), or at every position, as hook libraries compute them (all)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default="benchmarks/results/probe.json")
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
     import workloads
     from rss import measured
 
-    from logitjudge.autodtype import cpu_model
+    from logitjudge.autodtype import cpu_info, describe_cpu
     from logitjudge.engine import Engine
     from logitjudge.models import load_model, set_threads
     from logitjudge.probe.patching import make_pairs, make_sites, patch_item, patch_item_plain
@@ -99,8 +100,9 @@ def main(argv=None) -> int:
               "patches": n_patches, "plain_forwards": n_forwards,
               "plain_logits": args.plain_logits, "prompt_tokens_mean": float(np.mean(tokens)),
               "threads": threads, "device": args.device, "rows": rows, "speedup": plain_s / fast_s,
-              "max_abs_diff": float(diff), "torch": torch.__version__, "cpu": cpu_model(), "load_average": load}
-    print(f"# {cpu_model()}; load average before / after: {load['before'][0]:.2f} / {load['after_plain'][0]:.2f}")
+              "max_abs_diff": float(diff), "torch": torch.__version__, "cpu": cpu_info(), "load_average": load}
+    print(f"# CPU: {describe_cpu()}\n# load average before / after: {load['before'][0]:.2f} / "
+          f"{load['after_plain'][0]:.2f}")
     print(f"# order-swap patching sweep, {args.model} fp32 {args.device} ({threads} threads): {len(items)} texts "
           f"x {len(wl.orderings)} orderings (~{np.mean(tokens):.0f} prompt tokens), {len(pairs)} pairs per text "
           f"({args.pairs}), {len(sites)} sites ({args.sites}) = {n_patches} patches")
