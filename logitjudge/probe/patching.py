@@ -11,8 +11,9 @@ on top of it (up to the answer token: the target caches); the clean run of each 
 the label tokens before the last, on its cache) records the source activations at the answer position; and each
 patch runs only those few tokens on the target's cache, the patches of a target (every source and site) in
 batches of the token budget, each row patched at its own site. All of it goes through the scores' backend
-(``plain``, which keeps no cache, runs each row's whole sequence instead). ``patch_item_plain`` is the reference:
-one full forward per source prompt and per patch, the model's own forward with hooks, as hook libraries do it.
+(``plain``, which keeps no cache, runs each row's whole sequence instead). ``patch_item_plain`` is the reference
+(:class:`PlainPatcher`): one full forward per source prompt and per patch, the model's own forward with hooks, as
+hook libraries do it.
 """
 
 from __future__ import annotations
@@ -216,46 +217,64 @@ def _run_target(backend, pp: ProbePrompt, prefix: PrefixKV, tail: list, jobs, pa
     return option_distribution(out)
 
 
-@torch.inference_mode()
-def patch_item_plain(model, prompts: list[ProbePrompt], pairs, sites: Sites, *,
-                     logits: str = "all") -> tuple[np.ndarray, np.ndarray]:
-    """Reference: one full forward per source prompt and per (pair, site, label prefix), no cache, the model's
-    own forward with the hook points on its modules (the ``plain`` backend's).
+class PlainPatcher:
+    """The reference way, one forward at a time, as hook libraries do it: the model's own forward with the hook
+    points on its modules (the ``plain`` backend's), no cache. Built on one item's prompts, it records each
+    ordering's activations at its answer position (one full forward per prompt); :meth:`clean` and
+    :meth:`patched` then run one full forward per label prefix of the target.
 
     ``logits="all"`` computes the vocabulary logits at every position, as a hook library's forward does;
     ``"read"`` only at the positions read (``logits_to_keep``), the cheaper way a careful user would call it.
     The numbers are the same either way."""
-    from ..judge.backends import PlainBackend
 
-    if logits not in ("all", "read"):
-        raise ProbeError(f"logits={logits!r}: use 'all' or 'read'")
-    hooked = PlainBackend(model)
-    device, L, head_dim = hooked.device, hooked.n_layers, hooked.head_dim
-    src: dict = {}
-    acts = []
-    for pp in prompts:
-        keep = {"logits_to_keep": 1} if logits == "read" else {}
-        with hooked.hooks(_record_fns(L, [0], [pp.answer], src)):
-            model(input_ids=torch.tensor([list(pp.ids)], device=device), **keep)
-        acts.append(dict(src))
+    @torch.inference_mode()
+    def __init__(self, model, prompts: list[ProbePrompt], sites: Sites, *, logits: str = "all"):
+        from ..judge.backends import PlainBackend
 
-    def run(pp: ProbePrompt, plan_vec) -> np.ndarray:
+        if logits not in ("all", "read"):
+            raise ProbeError(f"logits={logits!r}: use 'all' or 'read'")
+        self.model, self.prompts, self.sites, self.logits = model, prompts, sites, logits
+        self.hooked = PlainBackend(model)
+        self.acts = []
+        for pp in prompts:
+            src: dict = {}
+            keep = {"logits_to_keep": 1} if logits == "read" else {}
+            with self.hooked.hooks(_record_fns(self.hooked.n_layers, [0], [pp.answer], src)):
+                model(input_ids=torch.tensor([list(pp.ids)], device=self.hooked.device), **keep)
+            self.acts.append(src)
+
+    @torch.inference_mode()
+    def _run(self, pp: ProbePrompt, plan: list) -> np.ndarray:
         out = np.zeros(len(pp.order))
         for pre, reads in _label_rows(pp):
-            plan = [] if plan_vec is None else [(0, plan_vec[0], plan_vec[1])]
             ids = list(pp.ids) + pre
-            first = pp.answer if logits == "read" else 0  # the first position whose logits are kept
-            keep = {"logits_to_keep": len(ids) - first} if logits == "read" else {}
-            with hooked.hooks(_patch_fns(head_dim, sites, plan, [pp.answer])):
-                out_logits = model(input_ids=torch.tensor([ids], device=device), **keep).logits[0]  # (T', V)
-            logp = torch.log_softmax(out_logits.float(), dim=-1)
+            first = pp.answer if self.logits == "read" else 0  # the first position whose logits are kept
+            keep = {"logits_to_keep": len(ids) - first} if self.logits == "read" else {}
+            with self.hooked.hooks(_patch_fns(self.hooked.head_dim, self.sites, plan, [pp.answer])):
+                out_logits = self.model(input_ids=torch.tensor([ids], device=self.hooked.device), **keep).logits[0]
+            logp = torch.log_softmax(out_logits.float(), dim=-1)  # (T', V)
             for t, tok, o in reads:
                 out[o] += float(logp[pp.answer - first + t, tok])
         return option_distribution(out)
 
-    clean = np.stack([run(pp, None) for pp in prompts])
+    def clean(self, target: int) -> np.ndarray:
+        """The option distribution of ordering ``target``, unpatched."""
+        return self._run(self.prompts[target], [])
+
+    def patched(self, source: int, target: int, s: int) -> np.ndarray:
+        """Ordering ``target``'s option distribution with site ``s`` taken from ordering ``source``."""
+        vec = _site_vector(self.acts[source], self.sites, self.hooked.head_dim, s, 0)
+        return self._run(self.prompts[target], [(0, s, vec)])
+
+
+def patch_item_plain(model, prompts: list[ProbePrompt], pairs, sites: Sites, *,
+                     logits: str = "all") -> tuple[np.ndarray, np.ndarray]:
+    """Reference for :func:`patch_item`: (clean [ordering, option], patched [pair, site, option]) by
+    :class:`PlainPatcher`, one full forward per source prompt and per (pair, site, label prefix)."""
+    plain = PlainPatcher(model, prompts, sites, logits=logits)
+    clean = np.stack([plain.clean(b) for b in range(len(prompts))])
     patched = np.zeros((len(pairs), len(sites), len(prompts[0].order)))
     for p, (a, b) in enumerate(pairs):
         for s in range(len(sites)):
-            patched[p, s] = run(prompts[b], (s, _site_vector(acts[a], sites, head_dim, s, 0)))
+            patched[p, s] = plain.patched(int(a), int(b), s)
     return clean, patched
