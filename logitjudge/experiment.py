@@ -70,10 +70,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .items import Item, read_items
-from .orderings import OrderingError, check_memory, cross, parse
+from .items import Item
+from .orderings import OrderingError, check_memory
 from .preflight import model_source, preflight  # noqa: F401 - preflight: part of this module's API (cli)
-from .rubric import Rubric, RubricError, load_rubric
+from .rubric import Rubric
+from .selection import load_items, plan_orders
 from .spec import Spec, SpecError, from_dict, relative
 from .table import ScoreTable
 from .tomlfile import read_toml
@@ -116,77 +117,6 @@ class Experiment:
     rows: list | None = None  # pairwise / listwise: the candidate rows (logitjudge.candidates); None: pointwise
 
 
-def _load_items(spec: Spec, data_dir) -> tuple[list[Item], Rubric, dict]:
-    from .data import DataError, load_dataset, subset_items
-
-    d, base = spec.data, spec.base
-    data_dir = data_dir if data_dir is not None else d.dir
-    data_where = spec.where("data", "texts") if spec.from_flags else "spec [data]"
-    try:
-        if d.name is not None:
-            ds = load_dataset(d.name, data_dir, limit=d.limit, groups=d.groups, seed=d.seed, **d.options)
-            items, rubric = list(ds.items), ds.rubric
-            info = {"name": ds.name, "description": ds.description, "source": ds.source, "path": ds.path,
-                    "options": ds.options}
-        else:
-            if d.options:
-                raise SpecError("spec [data] options: loader options apply to data sets (name = ...), not to "
-                                "a texts file; remove them")
-            path = relative(d.texts, base)
-            items = subset_items(read_items(path), limit=d.limit, groups=d.groups, seed=d.seed)
-            rubric = load_rubric("default")
-            info = {"name": f"texts:{Path(path).name}", "description": "", "source": path, "path": path,
-                    "options": {"limit": d.limit, "groups": d.groups, "seed": d.seed}}
-    except (DataError, OSError) as e:
-        raise SpecError(f"{data_where}: {e}") from None
-    except ValueError as e:
-        if isinstance(e, SpecError):
-            raise
-        raise SpecError(f"{spec.where('data', 'texts')}: {e}") from None
-    try:
-        if d.rubric is not None:
-            rubric = load_rubric(relative(d.rubric, base))
-        if d.criteria is not None:
-            rubric = rubric.subset(d.criteria)
-    except RubricError as e:
-        key = "criteria" if d.criteria is not None and "no criterion named" in str(e) else "rubric"
-        raise SpecError(f"{spec.where('data', key)}: {e}") from None
-    if d.per_group is not None:
-        seen: dict[str, int] = {}
-        kept = []
-        for it in items:
-            key = it.group or f"\0{it.id}"
-            seen[key] = seen.get(key, 0) + 1
-            if seen[key] <= d.per_group:
-                kept.append(it)
-        items = kept
-        info["options"] = dict(info["options"], per_group=d.per_group)
-    if not items:
-        raise SpecError("spec [data]: no items selected; raise limit or check groups")
-    info.update(n_items=len(items), n_groups=len({it.group for it in items if it.group}),
-                criteria=[c.name for c in rubric.criteria], rubric=rubric.name)
-    return items, rubric, info
-
-
-def _orders(spec: Spec, rubric: Rubric, n_items: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """The option orders ((K, n) shared, or (I, K, n) per item for random:K / all-per-item designs) and
-    (multi-criteria) the aligned criteria orders, shared by every item: every option order crossed with every
-    criteria order, the criteria orders drawn with seed + 1 so that they are not the option orders' draws."""
-    od = spec.orderings
-    try:
-        option_orders = parse(od.options, rubric.n_options, seed=od.seed, n_items=n_items)
-    except OrderingError as e:
-        raise SpecError(f"{spec.where('orderings', 'options')}: {e}") from None
-    if not spec.prompts.multi_criteria:
-        return option_orders, None
-    try:
-        criterion_orders = parse(od.criteria, rubric.n_criteria, seed=od.seed + 1)
-    except OrderingError as e:
-        raise SpecError(f"{spec.where('orderings', 'criteria')}: {e} (criteria orders are shared by every "
-                        "item: balanced, all, shared-random:K or fixed:K)") from None
-    return cross(option_orders, criterion_orders)
-
-
 def _outputs(spec: Spec, table_path: Path, probe_path: Path, probing: bool) -> list:
     """Every path the spec's command writes (:mod:`logitjudge.outputs`): ``score`` its table, ``probe`` its probe
     table and page folder, ``run`` its report folder; and the prompt dump."""
@@ -208,30 +138,6 @@ def _outputs(spec: Spec, table_path: Path, probe_path: Path, probing: bool) -> l
     if spec.dump_prompts:
         outs.append(Output(Path(spec.dump_prompts), spec.where("", "dump_prompts"), kind="prompt-dump"))
     return outs
-
-
-def _plan(spec: Spec, items: list[Item], rubric: Rubric, template) -> tuple:
-    """(rows, option orders, criterion orders) of a spec: pointwise, no rows (:func:`_orders`); pairwise or
-    listwise, the rows and candidate orders of :func:`logitjudge.candidates.plan` (the candidates of a group are
-    the options) and no criterion orders."""
-    from .candidates import CandidateError, plan
-
-    pr, od = spec.prompts, spec.orderings
-    if pr.paradigm == "pointwise":
-        if pr.pairs is not None:
-            raise SpecError(f"{spec.where('prompts', 'pairs')}: pairs applies to --paradigm pairwise only")
-        return (None, *_orders(spec, rubric, len(items)))
-    if pr.multi_criteria:
-        raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: several criteria in one prompt are rubric "
-                        f"(pointwise) prompts; {pr.paradigm} prompts ask one criterion each")
-    key = "pairs" if pr.pairs is not None and pr.paradigm != "pairwise" else "paradigm"
-    try:
-        rows, orders = plan(items, pr.paradigm, pairs=pr.pairs, orderings=od.options, seed=od.seed,
-                            tie_label=template.tie_label)
-    except CandidateError as e:
-        where = spec.where("orderings", "options") if "orderings" in str(e) else spec.where("prompts", key)
-        raise SpecError(f"{where}: {e}") from None
-    return rows, orders, None
 
 
 def _inputs(spec: Spec, info: dict, spec_file) -> list:
@@ -265,7 +171,7 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
     if isinstance(spec, (str, Path)):
         spec_file = spec_file or spec
     spec = load_spec(spec)
-    items, rubric, info = _load_items(spec, data_dir)
+    items, rubric, info = load_items(spec, data_dir)
     pr = spec.prompts
     if pr.multi_criteria and rubric.n_criteria < 2:
         raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: the rubric has a single criterion "
@@ -275,7 +181,7 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
         template = load_template(relative(name, spec.base) if name.endswith(".toml") else name).require(pr.paradigm)
     except PromptError as e:
         raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
-    rows, option_orders, criterion_orders = _plan(spec, items, rubric, template)
+    rows, option_orders, criterion_orders = plan_orders(spec, items, rubric, template)
     units = len(items) if rows is None else len(rows)
     k, n = option_orders.shape[-2], option_orders.shape[-1]
     try:  # the scores table (and its label mass) the orders make, before a batch is scored
