@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import fresh_tiny_lm, shared_data_dir
 
-from logitjudge.analysis import analyze
+from logitjudge.analysis import analyze, format_markdown
 from logitjudge.candidates import plan
 from logitjudge.cli import main
 from logitjudge.engine import Engine, plain_prompt_logprobs
@@ -203,6 +203,14 @@ def test_a_pairwise_judge_that_always_answers_a(lm):
     r = res["pairwise"]["Quality"]
     assert r["swap"]["consistency"] == 0.0 and r["swap"]["first_slot_preference"] == 1.0
     assert r["slot_test"]["shares"] == [1.0, 0.0] and r["slot_test"]["pvalue"] == 0.0
+    # per pair: the verdict follows the slot entirely, so the order-debiased verdict is an even split
+    assert len(r["pairs"]) == 3 * 6
+    for x in r["pairs"]:
+        assert x["shown_1_first"] == [1.0, 0.0, 0.0] and x["shown_2_first"] == [0.0, 1.0, 0.0]
+        assert x["debiased"] == [0.5, 0.5, 0.0] and x["order_effect"] == 1.0
+    md = format_markdown(res)
+    assert "Pairs whose verdict the order moves most (10 of 18 pairs" in md
+    assert "| 1.00 / 0.00 | 0.00 / 1.00 | 0.50 / 0.50 | 1.00 |" in md
 
 
 @pytest.mark.parametrize("reading", ["greedy", "sampled"])
@@ -213,6 +221,9 @@ def test_an_order_blind_pairwise_judge_and_bradley_terry_recovers_the_planted_ra
     if reading == "greedy":  # (the sampled reading's slot test counts one random sampling run)
         assert r["swap"]["consistency"] == 1.0
         assert r["slot_test"]["statistic"] == pytest.approx(0.0, abs=1e-9)
+        for x in r["pairs"]:  # the order changes nothing; the better text is preferred in both orders
+            better = int(np.argmax(quality_of(x["candidates"])))
+            assert x["order_effect"] == 0.0 and x["debiased"] == [1.0 - better, float(better), 0.0]
     for g in r["ranking"]:  # best first: the planted order
         assert list(quality_of(g["candidates"])) == sorted(quality_of(g["candidates"]), reverse=True)
     # a first-slot bias that flips close pairs does not move the Bradley-Terry ranking of the debiased preferences

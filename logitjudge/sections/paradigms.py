@@ -137,6 +137,22 @@ def candidate_scores(table: ScoreTable, *, reading: str = "expected", human: dic
     return pd.concat(frames, ignore_index=True)
 
 
+def pair_preferences(table: ScoreTable, c: int, ids, groups, *, reading: str) -> list[dict]:
+    """One dict per pair of a pairwise table's criterion ``c``: its group, ``candidates`` (1 and 2 as the pair is
+    stored), the verdicts under each order (``shown_1_first``/``shown_2_first``: weights of [1 preferred, 2
+    preferred, tie]), the order-debiased verdict (their mean, :func:`logitjudge.stats.debiased_preference`) and
+    ``order_effect``, the total-variation distance between the two orders' verdicts (0: the order changes
+    nothing; 1: the verdict follows the slot entirely). Read as :func:`answer_reading` of ``reading``."""
+    index = {str(x): i for i, x in enumerate(ids)}
+    pair_probs, pairs = pairwise_arrays(table, c, index)
+    v = st.pair_verdicts(pair_probs, reading=answer_reading(reading))  # (P, 2 orders, 3 verdicts)
+    q = v.mean(axis=1)
+    effect = 0.5 * np.abs(v[:, 0] - v[:, 1]).sum(axis=1)
+    return [{"group": str(groups[i]), "candidates": [str(ids[i]), str(ids[j])], "shown_1_first": v[k, 0].tolist(),
+             "shown_2_first": v[k, 1].tolist(), "debiased": q[k].tolist(), "order_effect": float(effect[k])}
+            for k, (i, j) in enumerate(pairs)]
+
+
 # ---- the sections ---------------------------------------------------------------------------------------------
 def paradigm_shape(t: dict) -> str:
     """The analysis's one-line description of a candidate table (``result["table"]``)."""
@@ -268,6 +284,40 @@ class Pairwise(ParadigmSection):
     title = "Pairwise judging"
     paradigms = ("pairwise",)
     UNIT = "pair"
+    SHOWN = 10  # pairs listed in the Markdown table (all of them are in results.json)
+
+    def compute(self, ctx: Context, c: int | None = None) -> Partial:
+        part = super().compute(ctx, c)
+        ids, groups = items_of(ctx.table)
+        part.value["pairs"] = pair_preferences(ctx.table, c, ids, groups, reading=ctx.reading)
+        return part
+
+    def pairs_table(self, r: dict) -> list[str]:
+        """The pairs whose verdict the order moves most: the verdict in each order and the order-debiased one."""
+        pairs = sorted(r["pairs"], key=lambda x: -x["order_effect"])
+        tie = any(x["debiased"][2] > 0 or x["shown_1_first"][2] > 0 for x in pairs)
+
+        def verdict(w: list) -> str:
+            return f"{fmt(w[0], 2)} / {fmt(w[1], 2)}" + (f" / {fmt(w[2], 2)}" if tie else "")
+
+        rows = [[x["group"], x["candidates"][0], x["candidates"][1], verdict(x["shown_1_first"]),
+                 verdict(x["shown_2_first"]), verdict(x["debiased"]), fmt(x["order_effect"], 2)]
+                for x in pairs[:self.SHOWN]]
+        what = "1 / 2 / tie" if tie else "1 / 2"
+        head = (f"Pairs whose verdict the order moves most ({min(self.SHOWN, len(pairs))} of "
+                f"{plural(len(pairs), 'pair')}; every pair in results.json). Verdicts as weights of {what} "
+                "preferred; order-debiased: the mean of the two orders; order effect: the total-variation distance "
+                "between the two orders' verdicts (0 = none, 1 = the verdict follows the slot).")
+        return [head, ""] + md_table(["group", "candidate 1", "candidate 2", "1 shown first", "2 shown first",
+                                      "order-debiased", "order effect"], rows)
+
+    def tables(self, res: dict, analysis: dict) -> list[str]:
+        lines = []
+        for name, r in res.items():
+            lines += [f"### {name}", ""] + md_table(["quantity", "value"], self.rows(r)) + [""]
+            if r.get("pairs"):
+                lines += self.pairs_table(r) + [""]
+        return lines
 
     def rows(self, r: dict) -> list[list[str]]:
         w = r["swap"]
@@ -356,4 +406,4 @@ def compare_tables(tables, human: dict, *, criteria=None, reading: str = "greedy
 
 
 __all__ = ["LISTWISE", "PAIRWISE", "answer_reading", "candidate_scores", "compare_tables", "items_of",
-           "listwise_arrays", "pairwise_arrays", "paradigm_shape", "summarise"]
+           "listwise_arrays", "pair_preferences", "pairwise_arrays", "paradigm_shape", "summarise"]
