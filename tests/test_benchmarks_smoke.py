@@ -107,3 +107,20 @@ def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
         assert 0 < seconds[label] < step
     cfg = tiny_lm.model.config
     assert flops["GEMMs: gate/up with GELU x up epilogues"] % (2 * 2 * cfg.hidden_size * cfg.intermediate_size) == 0
+
+
+def test_probe_benchmark_samples_the_plain_way_and_estimates_its_time():
+    """benchmarks/probe.py: the plain way's patches drawn evenly over the texts, and its time over every patch
+    estimated from them with the SE of the mean (hand-checked); every patch timed: no estimate, SE 0."""
+    spec = importlib.util.spec_from_file_location("benchmarks_probe", ROOT / "benchmarks" / "probe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    masks = mod.plain_sample("10", 3, 2, 3, seed=0)
+    assert [int(m.sum()) for m in masks] == [4, 3, 3] and all(m.shape == (2, 3) for m in masks)
+    assert all((a == b).all() for a, b in zip(masks, mod.plain_sample("10", 3, 2, 3, seed=0)))
+    assert all(m.all() for m in mod.plain_sample("all", 3, 2, 3, seed=0))
+    texts = [{"fixed_s": 1.0, "patch_s": [1.0, 2.0, 3.0]}, {"fixed_s": 2.0, "patch_s": [2.0]}]
+    secs, se, n = mod.plain_estimate(texts, 8)
+    # 3 s of fixed forwards + 8 x the mean 2 s; SE = 8 x sd (sqrt(2/3)) / sqrt(4) x sqrt(1 - 4/8)
+    assert n == 4 and secs == pytest.approx(19.0) and se == pytest.approx(8 * (2 / 3) ** 0.5 / 2 * 0.5 ** 0.5)
+    assert mod.plain_estimate(texts, 4) == (11.0, 0.0, 4)
