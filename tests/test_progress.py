@@ -101,7 +101,9 @@ def test_plan_lines_say_what_is_an_estimate():
 # the child scores its first `LJ_THROUGH` batches and then waits inside the next one until it is interrupted, so
 # what is saved when the signal comes does not depend on timing
 CHILD = r"""
-import os, sys, time
+import os, signal, sys, time
+# Ctrl-C as in a terminal: a suite started in the background (nohup, `&`) passes SIGINT down ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from logitjudge import engine
 real = engine.Engine.prompt_logprobs
 calls = [0]
