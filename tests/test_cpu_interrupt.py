@@ -22,6 +22,8 @@ from logitjudge_kernels.cpu_readout import logsumexp_c
 def _sigterm(signum, frame):  # as the CLI does: SIGTERM becomes KeyboardInterrupt
     raise KeyboardInterrupt
 signal.signal(signal.SIGTERM, _sigterm)
+# Ctrl-C as in a terminal: a suite started in the background (nohup, `&`) passes SIGINT down ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 torch.set_num_threads(1)
 g = torch.Generator().manual_seed(0)
 if sys.argv[1] == "readout":  # 2 x 2048 x 131072 x 512 = 275 GFLOP: several seconds on one core
