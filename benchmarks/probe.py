@@ -14,8 +14,8 @@ position from the reversed ordering into each ordering (``--pairs reverse``: 10 
 writes JSON (``--out``).
 
 The plain way's time is the sum of its forwards, which all have about the same cost (one prompt each); on a slow
-CPU the 4,480 of the full sweep take hours (~1 h on an AVX-512 Intel Xeon, ~3 h estimated on an AVX2 AMD EPYC
-Zen 3). So by default it runs every source recording and clean forward and a seeded sample of
+CPU the 4,480 of the full sweep take hours (~1 h on an AVX-512 Intel Xeon, ~2.1 h estimated on an AVX2 AMD
+EPYC Zen 3). So by default it runs every source recording and clean forward and a seeded sample of
 ``--plain-sample`` patches (default 432, a tenth, the same number from every text), timing each, and its time is
 estimated as the measured forwards plus the number of patches times the sampled patches' mean time, with the
 standard error of that mean (finite-population corrected) printed beside it; max |Δp| is taken over every clean

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ CORPUS = [
     "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly.",
     "Context: Text: Summary: Question: Answer: the article says that the economy grew by three percent.",
 ]
+
+# the builds every C kernel is tested in: the machine's own, and on x86 the AVX2 and SSE4.2 levels as well
+BUILD_TARGETS = ["native"] + (["x86-64-v3", "x86-64-v2"] if platform.machine() in ("x86_64", "AMD64") else [])
 
 SUMMARY = pytest.StashKey[list]()  # lines a test module reports after the run (test_faults: where kills landed)
 
@@ -100,3 +104,28 @@ def shared_data_dir(*needed: str) -> Path | None:
     if not p.is_dir() or not all((p / name).is_dir() for name in needed) or not any(p.iterdir()):
         return None
     return p
+
+
+def build_target_fixture(library):
+    """A ``target`` fixture over :data:`BUILD_TARGETS` for a kernel module's ``_library(target)``: each build the
+    compiler makes here, the others skipped with the reason."""
+
+    @pytest.fixture(params=BUILD_TARGETS)
+    def target(request):
+        why = library(request.param)[1]
+        if why:
+            pytest.skip(f"no {request.param} build here: {why[:200]}")
+        return request.param
+
+    return target
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads; on a shared 2-core machine two spinning OpenMP threads made
+    a module 7-10x slower (tests/test_families.py: 31 s vs 228 s for two families). A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -9,10 +9,10 @@ for ``-march=x86-64-v3`` (AVX2 tiles) and ``x86-64-v2`` (4-float tiles, the widt
 from __future__ import annotations
 
 import itertools
-import platform
 
 import pytest
 import torch
+from conftest import build_target_fixture
 from logitjudge_kernels import attention_ref, cpu_attention, shared_prefix_attention, shared_prefix_attention_ref
 from logitjudge_kernels.cpu_attention import (
     c_attention_refusal,
@@ -21,15 +21,9 @@ from logitjudge_kernels.cpu_attention import (
 )
 
 ATOL = 5e-6
-TARGETS = ["native"] + (["x86-64-v3", "x86-64-v2"] if platform.machine() in ("x86_64", "AMD64") else [])
 
 
-@pytest.fixture(params=TARGETS)
-def target(request):
-    why = cpu_attention._library(request.param)[1]
-    if why:
-        pytest.skip(f"no {request.param} build here: {why[:200]}")
-    return request.param
+target = build_target_fixture(cpu_attention._library)
 
 needs_c = pytest.mark.skipif(cpu_attention_status() is not None,
                              reason=f"C attention kernel unavailable: {cpu_attention_status()}")

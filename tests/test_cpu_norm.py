@@ -4,22 +4,13 @@ The parity tests run the native build and, on x86, the ``-march=x86-64-v3`` (AVX
 
 from __future__ import annotations
 
-import platform
-
 import logitjudge_kernels._cbuild as cb
 import logitjudge_kernels.cpu_norm as cn
 import pytest
 import torch
+from conftest import build_target_fixture
 
-TARGETS = ["native"] + (["x86-64-v3", "x86-64-v2"] if platform.machine() in ("x86_64", "AMD64") else [])
-
-
-@pytest.fixture(params=TARGETS)
-def target(request):
-    why = cn._library(request.param)[1]
-    if why:
-        pytest.skip(f"no {request.param} build here: {why[:200]}")
-    return request.param
+target = build_target_fixture(cn._library)
 
 # fp32: the C kernels add the sum of squares in another order than torch (vectorised partial sums)
 RTOL, ATOL = 1e-5, 1e-5

@@ -9,26 +9,20 @@ the native build and, on x86, the builds for ``-march=x86-64-v3`` (AVX2 tiles, 8
 from __future__ import annotations
 
 import itertools
-import platform
 
 import pytest
 import torch
+from conftest import build_target_fixture
 from logitjudge_kernels import cpu_readout, label_logprobs, label_logprobs_ref
 from logitjudge_kernels.cpu_readout import c_readout_refusal, logsumexp_c
 
 ATOL = 1e-5
-TARGETS = ["native"] + (["x86-64-v3", "x86-64-v2"] if platform.machine() in ("x86_64", "AMD64") else [])
 
 needs_c = pytest.mark.skipif(c_readout_refusal(torch.zeros(1, 8), torch.zeros(1, 8)) is not None,
                              reason="C read-out unavailable here")
 
 
-@pytest.fixture(params=TARGETS)
-def target(request):
-    why = cpu_readout._library(request.param)[1]
-    if why:
-        pytest.skip(f"no {request.param} build here: {why[:200]}")
-    return request.param
+target = build_target_fixture(cpu_readout._library)
 
 
 def _inputs(R, V, d, seed=0, scale=1.0):

@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from conftest import fresh_tiny_lm, shared_data_dir
 
 from logitjudge import demo as demo_mod
@@ -60,14 +59,7 @@ seed = 3
     return str(path)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model gains nothing from threads; on a shared 2-core machine, 2 OpenMP threads can make it
-    tens of times slower (each op waits for a busy core)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

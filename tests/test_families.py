@@ -139,14 +139,7 @@ def texts() -> list[Item]:
     return [Item(f"t{k}", (STORY * r).strip()) for k, r in enumerate((1, 2, 3))]  # past every sliding window
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Hidden-64 models gain nothing from intra-op threads; on a shared 2-core machine two spinning OpenMP
-    threads made this module 7-10x slower (measured: 31 s vs 228 s for two families)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

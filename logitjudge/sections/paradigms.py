@@ -200,6 +200,7 @@ class ParadigmSection(Section):
                "ranking": ranking(s, ids), "scores_mean": SCORE_NAMES[s.paradigm]}
         if s.swap is not None:
             out["swap"] = s.swap
+        out.update(self.extra(ctx, c, ids, groups))
         skipped = {}
         h = human_array(ctx.human, ids, name)
         if np.isfinite(h).sum() >= 3:
@@ -213,6 +214,10 @@ class ParadigmSection(Section):
         else:
             skipped["human"] = f"no human scores of {name} for at least 3 candidates"
         return Partial(out, skipped)
+
+    def extra(self, ctx: Context, c: int, ids, groups) -> dict:
+        """More results of one criterion, on the candidates ``ids`` with their ``groups`` (a paradigm's own)."""
+        return {}
 
     # ---- rendering ----------------------------------------------------------------------------------------
     def _slot(self, r: dict) -> str:
@@ -286,16 +291,13 @@ class Pairwise(ParadigmSection):
     UNIT = "pair"
     SHOWN = 10  # pairs listed in the Markdown table (all of them are in results.json)
 
-    def compute(self, ctx: Context, c: int | None = None) -> Partial:
-        part = super().compute(ctx, c)
-        ids, groups = items_of(ctx.table)
-        part.value["pairs"] = pair_preferences(ctx.table, c, ids, groups, reading=ctx.reading)
-        return part
+    def extra(self, ctx: Context, c: int, ids, groups) -> dict:
+        return {"pairs": pair_preferences(ctx.table, c, ids, groups, reading=ctx.reading)}
 
     def pairs_table(self, r: dict) -> list[str]:
         """The pairs whose verdict the order moves most: the verdict in each order and the order-debiased one."""
         pairs = sorted(r["pairs"], key=lambda x: -x["order_effect"])
-        tie = any(x["debiased"][2] > 0 or x["shown_1_first"][2] > 0 for x in pairs)
+        tie = any(x["debiased"][2] > 0 for x in pairs)  # a tie answered in either order
 
         def verdict(w: list) -> str:
             return f"{fmt(w[0], 2)} / {fmt(w[1], 2)}" + (f" / {fmt(w[2], 2)}" if tie else "")
