@@ -164,7 +164,7 @@ def items_from_records(records, *, fields: Fields = JSONL, source: str = "data")
         seen.add(it.id)
         items.append(it)
     if not items:
-        raise ItemError(f"{source} has no items")
+        raise ItemError(f"{source} has no rows; give it at least one" if fields.columns else f"{source} has no items")
     return items
 
 
@@ -215,9 +215,9 @@ def _pick(columns: list[str], name, default, what: str, source: str):
     if name is None or (name == default and name not in columns):
         return None
     if name not in columns:
+        left_out = " (the rows are then numbered)" if what == "id" else ""
         raise ItemError(f"{source} has no column {name!r} for the {what} (its columns: {columns[:20]}); name the "
-                        f"column that holds the {what}, e.g. {what}={columns[0] if columns else 'text'!r}, or "
-                        "leave the keyword out")
+                        f"column that holds the {what} ({what}=\"...\"), or pass {what}=None{left_out}")
     return name
 
 
