@@ -145,6 +145,9 @@ def score(judge, data, *, text: str = "text", context: str | None = "context", i
     from .experiment import preflight, prepare, score_experiment
     from .items import items_from_data
 
+    if isinstance(judge, (str, Path)):
+        raise LogitJudgeError(f"lj.score: the judge is a loaded model, not its name {str(judge)!r}; load it once "
+                              f"with judge = lj.load_judge({str(judge)!r}) and pass judge")
     items, path = items_from_data(data, text=text, id=id, context=context, group=group)
     if not isinstance(rubric, (str, Path, Rubric)):
         raise LogitJudgeError(f"lj.score(rubric=...): expected a built-in name, a rubric file or a Rubric, got "

@@ -150,9 +150,9 @@ def test_report_save_writes_the_report_folder(scored, tmp_path):
 
 
 def test_builtin_judge_on_a_dataframe():
-    """The front-page route on the built-in Gemma-3-270M (converted in the cache), 3 texts, one ordering."""
+    """The front-page route on the built-in Gemma-3-270M (converted in the cache), 2 texts, one ordering."""
     judge = lj.load_judge("gemma-3-270m")
-    df = pd.DataFrame({"question": ["What is 2 + 2?"] * 3, "response": ["4", "5", "2 + 2 is 4."]})
+    df = pd.DataFrame({"question": ["What is 2 + 2?"] * 2, "response": ["4", "5"]})
     result = lj.score(judge, df, text="response", context="question", orderings="fixed:1", progress=False)
     items = [Item(str(i), r, "What is 2 + 2?") for i, r in enumerate(df["response"])]
     long = scoring.score(judge, items, builtin_rubric("default"), orderings.fixed(5, 1), progress=False)
