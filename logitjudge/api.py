@@ -235,9 +235,10 @@ class Report:
 
         return format_markdown(self.results)
 
-    def save(self, folder, *, force: bool = False) -> Path:
+    def save(self, folder, *, title: str | None = None, force: bool = False) -> Path:
         """The report folder ``logitjudge run`` writes, less its spec.toml: table.npz, results.json, report.md,
-        report.html, plots/ and scores.csv. A file there of another kind is refused unless ``force``."""
+        report.html, plots/ and scores.csv (``title``: the report's heading, "TITLE: position-bias report"). A file
+        there of another kind is refused unless ``force``."""
         from .outputs import Output, check_outputs, report_folder
         from .report import write_report
         from .sections.scores import write_item_scores
@@ -246,7 +247,7 @@ class Report:
         check_outputs([Output(folder, "Report.save", files=report_folder())], [], force=force)
         folder.mkdir(parents=True, exist_ok=True)
         self.table.save(folder / "table.npz")
-        write_report(folder, self.results, table_meta=self.table.meta, title=self.table.meta.get("run"))
+        write_report(folder, self.results, table_meta=self.table.meta, title=title)
         write_item_scores(self.scores, folder / "scores.csv")
         return folder
 
