@@ -1,5 +1,6 @@
 """logitjudge: exact, position-debiased rubric scoring from a judge LLM's next-token probabilities."""
 
+from .api import Report, Result, analyze, load_judge, score
 from .orderings import balanced, fixed, is_balanced
 from .orderings import random as random_orders
 from .orderings import shared_random as shared_random_orders
@@ -9,6 +10,9 @@ from .table import ScoreTable
 __version__ = "0.1.0"
 
 __all__ = [
+    # the top-level API (logitjudge.api): lj.load_judge, lj.score, lj.analyze
+    "Report", "Result", "analyze", "load_judge", "score",
+    # the building blocks (the submodules are the long form)
     "Criterion", "Rubric", "ScoreOption", "ScoreTable", "balanced", "builtin_rubric", "fixed", "is_balanced",
     "load_rubric", "random_orders", "shared_random_orders", "__version__",
 ]

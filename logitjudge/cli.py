@@ -172,7 +172,7 @@ def cmd_probe(args) -> int:
 def cmd_analyze(args) -> int:
     import json
 
-    from .analysis import analyze, format_markdown, read_human_scores
+    from .api import analyze
     from .table import ScoreTable
 
     if args.group_by and not args.human:
@@ -183,19 +183,14 @@ def cmd_analyze(args) -> int:
     table = ScoreTable.load(args.table)  # refused unless every probability is finite, >= 0 and sums to 1
     if args.export:
         return _export(table, Path(args.export))
-    human = groups = None
-    if args.human:
-        human, groups = read_human_scores(args.human, group_by=args.group_by)
+    report = analyze(table, human=args.human, group_by=args.group_by, **a)  # lj.analyze
     if args.scores:  # one row per item and criterion
-        from .sections.scores import item_scores, write_item_scores
+        from .sections.scores import write_item_scores
 
         path = Path(args.scores)
-        frame = write_item_scores(item_scores(table, reading=a["reading"], human=human, groups=groups or None),
-                                  path)
+        frame = write_item_scores(report.scores, path)
         print(f"wrote {path}: {len(frame)} rows (one per item and criterion)", file=sys.stderr)
-    res = analyze(table, human=human, groups=groups or None, rng=a["seed"], n_boot=a["n_boot"], method=a["method"],
-                  n_draws=a["n_draws"], reading=a["reading"])
-    print(json.dumps(res, indent=2) if args.json else format_markdown(res))
+    print(json.dumps(report.results, indent=2) if args.json else report.to_markdown())
     return 0
 
 

@@ -103,9 +103,9 @@ class Experiment:
     """Everything a spec resolves to before the model is loaded."""
 
     spec: Spec
-    out: Path
-    table_path: Path
-    probe_path: Path
+    out: Path | None  # None: nothing written (the Python API's score without out=)
+    table_path: Path | None
+    probe_path: Path | None
     items: list[Item]
     rubric: Rubric
     template: object
@@ -126,7 +126,9 @@ def _outputs(spec: Spec, table_path: Path, probe_path: Path, probing: bool) -> l
         return (Path(f"{p}.partial.jsonl"), Path(f"{p}.lock"))
 
     out = spec.where("", "out")
-    if not spec.from_flags:
+    if table_path is None:  # nothing written but the prompt dump
+        outs = []
+    elif not spec.from_flags:
         outs = [Output(Path(spec.out), out, files=report_folder(probe=probing),
                        side=side(table_path) + (side(probe_path) if probing else ()))]
     elif probing:
@@ -153,14 +155,17 @@ def _inputs(spec: Spec, info: dict, spec_file) -> list:
     return ins
 
 
-def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=None) -> Experiment:
+def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=None, items: list[Item] | None = None,
+            rubric: Rubric | None = None) -> Experiment:
     """Validate a spec and resolve its data, rubric, template, orderings, devices and outputs (no model yet).
 
     A spec from ``score`` (``probe``) flags writes its table (probe table) at ``out``; an experiment writes a
     report folder there, with the table at ``out/table.npz`` and the probe table at ``out/probe.npz``. No output
     may be an input of the run, and an existing file that is not of the kind written there is refused unless
     ``force`` (:mod:`logitjudge.outputs`); ``spec_file``: the spec's file (an input too; default: ``spec`` when
-    it is a path).
+    it is a path). ``items``/``rubric``: already made (the Python API's data), in place of the spec's texts file
+    and rubric (:func:`logitjudge.selection.load_items`). A spec from flags without ``out`` writes nothing (the
+    table is returned only).
     """
     from .models import ModelError, check_attn_implementation, check_device
     from .outputs import OutputError, check_outputs
@@ -171,7 +176,7 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
     if isinstance(spec, (str, Path)):
         spec_file = spec_file or spec
     spec = load_spec(spec)
-    items, rubric, info = load_items(spec, data_dir)
+    items, rubric, info = load_items(spec, data_dir, items=items, rubric=rubric)
     pr = spec.prompts
     if pr.multi_criteria and rubric.n_criteria < 2:
         raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: the rubric has a single criterion "
@@ -199,8 +204,9 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
             if all(key in it.meta for it in items):
                 systems = {it.id: str(it.meta[key]) for it in items}
                 break
-    out_path = Path(out if out is not None else spec.out).expanduser()
-    spec = replace(spec, out=str(out_path))
+    out = out if out is not None else spec.out
+    out_path = None if out is None and spec.from_flags else Path(out).expanduser()
+    spec = replace(spec, out=None if out_path is None else str(out_path))
     table_path = out_path if spec.from_flags else out_path / "table.npz"
     probe_path = out_path if spec.from_flags else out_path / "probe.npz"
     for key, check in (("device", check_device), ("attn_implementation", check_attn_implementation)):

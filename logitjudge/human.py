@@ -48,9 +48,21 @@ def read_human_scores(path, *, group_by: str | None = None) -> tuple[dict, dict 
     p = Path(path)
     if not p.exists():
         raise HumanScoresError(f"human-score file {p} does not exist")
+    records = iter_jsonl(p, error=HumanScoresError, expect="use one JSON object per line with an 'id'")
+    return human_from_records(records, group_by=group_by, source=str(p))
+
+
+def human_from_records(records, *, group_by: str | None = None, source: str = "human scores",
+                       table: bool = False) -> tuple[dict, dict | None]:
+    """:func:`read_human_scores` of ``(where, record)`` pairs: a JSONL file's lines, or (``table``) a table's rows
+    (the Python API's DataFrame), where a missing cell (NaN) is a missing score, as null is in JSONL."""
+    from .items import cell_value
+
     human, groups = {}, {}
     gkey = group_by or "group"
-    for where, d in iter_jsonl(p, error=HumanScoresError, expect="use one JSON object per line with an 'id'"):
+    for where, d in records:
+        if table:  # a DataFrame's missing cell is NaN: a missing score there, never NaN passed on
+            d = {k: cell_value(v) for k, v in d.items()}
         if "id" not in d:
             raise HumanScoresError(f"{where}: each line must be a JSON object with an 'id' field")
         if isinstance(d["id"], bool) or not isinstance(d["id"], (str, int)):  # as a texts file's ids (items.py)
@@ -66,6 +78,6 @@ def read_human_scores(path, *, group_by: str | None = None) -> tuple[dict, dict 
             groups[iid] = str(d[gkey])
         human[iid] = _line_scores(d, where, iid, gkey)
     if not any(human.values()):
-        raise HumanScoresError(f"{p} has no human scores: give each line a 'human' object or numeric "
+        raise HumanScoresError(f"{source} has no human scores: give each line a 'human' object or numeric "
                                "criterion fields")
     return human, (groups or None)

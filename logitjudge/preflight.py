@@ -24,16 +24,19 @@ def model_source(spec: Spec) -> str:
     return model_id
 
 
-def preflight(exp: Experiment) -> None:
+def preflight(exp: Experiment, lm=None) -> None:
     """The checks that need the judge's tokenizer and config but not its weights, run before the model loads:
     the labels (token prefixes of each other, labels the tokenizer cannot produce), every item's prompts against
-    the model's context, and the probe's layers against the model's layer count."""
+    the model's context, and the probe's layers against the model's layer count. ``lm``: a judge already loaded
+    (the Python API), whose tokenizer and config are checked before any item is scored."""
     from .models import config_layers, context_length, load_config, load_tokenizer
     from .requests import encode, first_requests, orders_of, slot_request
 
-    source = model_source(exp.spec)
-    tokenizer = load_tokenizer(source)
-    config = load_config(source)
+    if lm is not None:
+        tokenizer, config = lm.tokenizer, lm.model.config
+    else:
+        source = model_source(exp.spec)
+        tokenizer, config = load_tokenizer(source), load_config(source)
     probe = _TokenizerOnly(tokenizer)
     if exp.rows is not None:  # pairwise / listwise: every row's first ordering, labels and context at once
         _check_rows(exp, tokenizer, context_length(config, tokenizer))

@@ -20,12 +20,16 @@ from .spec import Spec, SpecError, relative
 __all__ = ["load_items", "option_orders", "plan_orders"]
 
 
-def load_items(spec: Spec, data_dir) -> tuple[list[Item], Rubric, dict]:
+def load_items(spec: Spec, data_dir, *, items: list[Item] | None = None,
+               rubric: Rubric | None = None) -> tuple[list[Item], Rubric, dict]:
     """The spec's items (a data set or a texts file, subset by limit/groups/per_group), its rubric (subset by
-    criteria) and a description of the data for the report; every problem a :class:`SpecError` naming the key."""
+    criteria) and a description of the data for the report; every problem a :class:`SpecError` naming the key.
+    ``items``/``rubric``: already made (the Python API's data and Rubric), in place of the texts file and the
+    rubric the spec names; ``[data] texts`` then names the file they were read from, if any."""
     from .data import DataError, load_dataset, subset_items
 
     d, base = spec.data, spec.base
+    given_rubric = rubric
     data_dir = data_dir if data_dir is not None else d.dir
     data_where = spec.where("data", "texts") if spec.from_flags else "spec [data]"
     try:
@@ -38,10 +42,12 @@ def load_items(spec: Spec, data_dir) -> tuple[list[Item], Rubric, dict]:
             if d.options:
                 raise SpecError("spec [data] options: loader options apply to data sets (name = ...), not to "
                                 "a texts file; remove them")
-            path = relative(d.texts, base)
-            items = subset_items(read_items(path), limit=d.limit, groups=d.groups, seed=d.seed)
+            path = relative(d.texts, base) if d.texts is not None else None
+            items = subset_items(read_items(path) if items is None else items, limit=d.limit, groups=d.groups,
+                                 seed=d.seed)
             rubric = load_rubric("default")
-            info = {"name": f"texts:{Path(path).name}", "description": "", "source": path, "path": path,
+            info = {"name": f"texts:{Path(path).name if path else 'data'}", "description": "",
+                    "source": path or "data given in Python", "path": path,
                     "options": {"limit": d.limit, "groups": d.groups, "seed": d.seed}}
     except (DataError, OSError) as e:
         raise SpecError(f"{data_where}: {e}") from None
@@ -50,7 +56,9 @@ def load_items(spec: Spec, data_dir) -> tuple[list[Item], Rubric, dict]:
             raise
         raise SpecError(f"{spec.where('data', 'texts')}: {e}") from None
     try:
-        if d.rubric is not None:
+        if given_rubric is not None:
+            rubric = given_rubric
+        elif d.rubric is not None:
             rubric = load_rubric(relative(d.rubric, base))
         if d.criteria is not None:
             rubric = rubric.subset(d.criteria)

@@ -1,0 +1,283 @@
+"""The Python API: a judge, a DataFrame in, one object out.
+
+::
+
+    import logitjudge as lj
+
+    judge = lj.load_judge("gemma-3-270m")
+    result = lj.score(judge, df, text="response", context="question", orderings="random:5")
+    result.to_pandas()                  # one row per item, criterion, ordering and option
+    report = lj.analyze(result, human=human_df)
+    print(report.verdict); report.scores; report.save("report/")
+
+These are the command line's functions, not a second pipeline: :func:`score` builds the spec ``logitjudge score``
+builds from its flags and runs it through :func:`logitjudge.experiment.prepare` and
+:func:`~logitjudge.experiment.score_experiment` (the same checks, orders, engine, exactness audit, checkpoint);
+:func:`analyze` is what ``logitjudge analyze`` prints and writes (``--scores``); rows become items through
+:func:`logitjudge.items.items_from_data`, the checks of a texts file. The submodules stay the long form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import cached_property
+from pathlib import Path
+
+from .errors import LogitJudgeError
+from .rubric import Rubric
+from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, PromptSpec, Spec, check_value
+from .table import ScoreTable
+
+__all__ = ["Report", "Result", "analyze", "load_judge", "score"]
+
+# the keyword of each spec setting the functions take: errors name the keyword (lj.score(orderings=...))
+KEYWORDS = {("model", "id"): "model", ("model", "dtype"): "dtype", ("model", "device"): "device",
+            ("model", "threads"): "threads", ("model", "quantize"): "quantize",
+            ("model", "attn_implementation"): "attn_implementation", ("model", "token_budget"): "token_budget",
+            ("model", "prefix_mode"): "prefix_mode", ("model", "verify"): "verify",
+            ("data", "texts"): "data", ("data", "rubric"): "rubric", ("data", "criteria"): "criteria",
+            ("prompts", "template"): "template", ("prompts", "multi_criteria"): "multi_criteria",
+            ("prompts", "slots"): "slots", ("prompts", "max_continuations"): "max_continuations",
+            ("prompts", "paradigm"): "paradigm", ("prompts", "pairs"): "pairs",
+            ("orderings", "options"): "orderings", ("orderings", "criteria"): "criterion_orderings",
+            ("orderings", "seed"): "seed", ("", "out"): "out", ("", "dump_prompts"): "dump_prompts",
+            ("analysis", "n_boot"): "n_boot", ("analysis", "method"): "method", ("analysis", "seed"): "seed",
+            ("analysis", "n_draws"): "n_draws", ("analysis", "reading"): "reading"}
+
+
+@dataclass(frozen=True)
+class _CallSpec(Spec):
+    """The spec of a call (``name``: the function): a table at ``out`` as from ``score``'s flags, and errors
+    naming the keyword, e.g. ``lj.score(orderings=...)``."""
+
+    def where(self, section: str, key: str) -> str:
+        kw = KEYWORDS.get((section, key))
+        return f"lj.{self.name}({kw}=...)" if kw else f"lj.{self.name}: [{section}] {key}"
+
+
+def _section(cls, given: dict, name: str, section: str):
+    """A spec section from keyword values, each checked as the spec checks it (kind, choices, minimum); None:
+    the default."""
+    spec = _CallSpec(name=name)
+    return cls(**{f.name: check_value(f, given[f.name], spec.where(section, f.name)) for f in fields(cls)
+                  if given.get(f.name) is not None})
+
+
+def load_judge(model: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu", threads: int | None = None,
+               quantize: str | None = None, attn_implementation: str | None = None):
+    """The judge a run of ``logitjudge score --model MODEL`` loads (:func:`logitjudge.experiment.load_judge`):
+    a built-in alias (gemma-3-270m), a local folder or a Hugging Face id. ``dtype``: fp32 (exact), bf16, fp16 or
+    auto; ``device``: cpu, cuda, cuda:N or auto; ``threads``: torch CPU threads (None: $OMP_NUM_THREADS, else the
+    usable CPUs). Returns a :class:`logitjudge.models.LoadedModel`; an unreachable id fails in one line before
+    any loading."""
+    from .experiment import load_judge as load
+    from .models import ModelError, check_attn_implementation, check_device
+
+    m = _section(ModelSpec, {"id": model, "dtype": dtype, "device": device, "threads": threads,
+                             "quantize": quantize, "attn_implementation": attn_implementation},
+                 "load_judge", "model")
+    for kw, check in (("device", check_device), ("attn_implementation", check_attn_implementation)):
+        try:
+            check(getattr(m, kw))
+        except ModelError as e:
+            raise ModelError(f"lj.load_judge({kw}=...): {e}") from None
+    return load(_CallSpec(name="load_judge", model=m))
+
+
+@dataclass(frozen=True, eq=False)
+class Result:
+    """What :func:`score` returns: the :class:`~logitjudge.table.ScoreTable` (``table``: exact option
+    probabilities of every item, criterion and ordering) and ``path``, where it was saved (None: not saved)."""
+
+    table: ScoreTable
+    path: Path | None = None
+
+    def to_pandas(self):
+        """One row per item, criterion, ordering and option: the long DataFrame ``logitjudge analyze --export``
+        writes (:meth:`logitjudge.table.ScoreTable.to_dataframe`)."""
+        return self.table.to_dataframe()
+
+    def save(self, path, *, force: bool = False) -> Path:
+        """The table as ``.npz`` (``logitjudge analyze`` reads it). A file at ``path`` that is not a score table
+        is refused unless ``force``."""
+        from .outputs import Output, check_outputs
+
+        path = Path(path)
+        check_outputs([Output(path, "Result.save", kind="table")], [], force=force)
+        return self.table.save(path)
+
+    def __repr__(self) -> str:
+        t, (i, c, k, n) = self.table, self.table.shape
+        mean = t.expected_score().mean(axis=(0, 2))  # over items and orderings
+        crit = ", ".join(f"{name} {m:.3g}" for name, m in zip(t.criteria[:4], mean))
+        more = f", ... ({c} criteria)" if c > 4 else ""
+        judge = " ".join(str(t.meta.get(key) or "") for key in ("model_id", "dtype")).strip()
+        saved = f", saved at {self.path}" if self.path else ""
+        return (f"<logitjudge Result: {i} items x {c} {'criterion' if c == 1 else 'criteria'} x {k} orderings x {n} "
+                f"options; judge {judge or '?'}; "
+                f"mean expected score {crit}{more}{saved}>")
+
+
+def score(judge, data, *, text: str = "text", context: str | None = "context", id: str | None = "id",
+          group: str | None = "group", rubric: str | Path | Rubric = "default", criteria: list | None = None,
+          orderings: str = "balanced", seed: int = 0, template: str | None = None, multi_criteria: bool = False,
+          criterion_orderings: str = "balanced", paradigm: str = "pointwise", pairs: int | None = None,
+          out=None, force: bool = False, token_budget: int = 4096, prefix_mode: str = "auto",
+          verify: int | None = None, dump_prompts=None, progress: bool = True) -> Result:
+    """Exact option distributions of every row of ``data`` under permuted rubrics: ``logitjudge score``.
+
+    ``data``: a pandas DataFrame, a list of dicts (one per row) or the path of a ``.jsonl``, ``.csv`` or
+    ``.parquet`` file. ``text`` names the column of the texts; ``context`` (the question, the source article),
+    ``group`` (items ranked together: a prompt's responses) and ``id`` are read from their columns when
+    present, any other name must be a column, and None leaves the field out. Without an id column the rows
+    are numbered: ids "0", "1", ... (the row's position, as ``data.iloc``). A missing column, a duplicate id, a
+    text or id that is missing (None, NaN) or not a string is refused in one line naming the row and the fix,
+    before any prompt runs.
+
+    ``rubric``: a built-in name, a rubric .toml/.json file or a :class:`~logitjudge.rubric.Rubric`
+    (``criteria``: a subset of its criteria). ``orderings``: what ``--orderings`` takes (balanced, all,
+    random:K, balanced+random:R, shared-random:K, fixed:K), drawn with ``seed``. ``template``: a built-in name or
+    a .toml file. ``multi_criteria``, ``criterion_orderings``, ``paradigm``, ``pairs``, ``token_budget``,
+    ``prefix_mode``, ``verify`` and ``dump_prompts``: the flags of the same names. ``out``: also save the table
+    there (.npz), checkpointed as it is scored so that the same call again continues an interrupted run
+    (``force``: replace a file there that is not a score table). Returns a :class:`Result`.
+    """
+    from .experiment import preflight, prepare, score_experiment
+    from .items import items_from_data
+
+    if isinstance(judge, (str, Path)):
+        raise LogitJudgeError(f"lj.score: the judge is a loaded model, not its name {str(judge)!r}; load it once "
+                              f"with judge = lj.load_judge({str(judge)!r}) and pass judge")
+    items, path = items_from_data(data, text=text, id=id, context=context, group=group)
+    if not isinstance(rubric, (str, Path, Rubric)):
+        raise LogitJudgeError(f"lj.score(rubric=...): expected a built-in name, a rubric file or a Rubric, got "
+                              f"{type(rubric).__name__}")
+    named = None if isinstance(rubric, Rubric) else str(rubric)
+    spec = _CallSpec(
+        name="score", out=None if out is None else str(out),
+        dump_prompts=None if dump_prompts is None else str(dump_prompts),
+        model=_section(ModelSpec, {"id": judge.model_id, "token_budget": token_budget, "prefix_mode": prefix_mode,
+                                   "verify": verify}, "score", "model"),
+        data=_section(DataSpec, {"texts": path, "rubric": named, "criteria": criteria}, "score", "data"),
+        prompts=_section(PromptSpec, {"template": None if template is None else str(template),
+                                      "multi_criteria": multi_criteria, "paradigm": paradigm,
+                                      "pairs": pairs}, "score", "prompts"),
+        orderings=_section(OrderingSpec, {"options": orderings, "criteria": criterion_orderings, "seed": seed},
+                           "score", "orderings"),
+        from_flags=True)
+    exp = prepare(spec, force=force, items=items, rubric=rubric if isinstance(rubric, Rubric) else None)
+    preflight(exp, lm=judge)  # labels and the context, with the judge's own tokenizer, before any item is scored
+    return Result(score_experiment(exp, judge, progress=progress), exp.table_path)
+
+
+def _table_of(result) -> ScoreTable:
+    if isinstance(result, Result):
+        return result.table
+    if isinstance(result, ScoreTable):
+        return result
+    if isinstance(result, (str, Path)):
+        return ScoreTable.load(result)  # refused unless every probability is finite, >= 0 and sums to 1
+    raise LogitJudgeError(f"lj.analyze: expected a Result, a ScoreTable or the path of a table (.npz), got "
+                          f"{type(result).__name__}")
+
+
+def read_human(human, *, group_by: str | None = None) -> tuple[dict, dict | None]:
+    """Human scores (item id -> criterion -> score, and item id -> group or None) from a DataFrame or list of dicts
+    (columns ``id`` and one per criterion, as the flat form of ``--human``; a missing cell is a missing score),
+    or a file: JSONL as ``logitjudge analyze --human`` reads it, or a CSV or Parquet table of those columns."""
+    from .human import HumanScoresError, human_from_records, read_human_scores
+    from .items import ItemError, frame_records, read_records
+
+    if isinstance(human, (str, Path)) and Path(human).suffix.lower() not in (".csv", ".parquet"):
+        return read_human_scores(human, group_by=group_by)
+    if isinstance(human, (str, Path)):
+        try:
+            records = read_records(human)[0]
+        except ItemError as e:
+            raise HumanScoresError(str(e).replace("texts file", "human-score file")) from None
+        return human_from_records(records, group_by=group_by, source=str(human), table=True)
+    if hasattr(human, "to_dict") and hasattr(human, "columns"):
+        return human_from_records(frame_records(human, name="human"), group_by=group_by, source="human",
+                                  table=True)
+    if isinstance(human, (list, tuple)) and all(isinstance(d, dict) for d in human):
+        return human_from_records([(f"human[{i}]", d) for i, d in enumerate(human)], group_by=group_by,
+                                  source="human", table=True)
+    raise HumanScoresError(f"lj.analyze(human=...): expected a DataFrame (columns id and one per criterion), a "
+                           f"list of dicts or a .jsonl/.csv/.parquet file, got {type(human).__name__}")
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    """What :func:`analyze` returns: ``results`` (the dict ``logitjudge analyze --json`` prints), ``verdict``,
+    ``scores`` (one row per item and criterion, as ``--scores`` writes), :meth:`to_markdown` (what ``logitjudge
+    analyze`` prints) and :meth:`save` (a report folder)."""
+
+    table: ScoreTable
+    results: dict
+    human: dict | None = None
+    groups: dict | None = None
+
+    @property
+    def verdict(self) -> str:
+        return self.results["verdict"]
+
+    @cached_property
+    def scores(self):
+        """One row per item and criterion: fixed, balanced, random and pride scores under the analysis' reading,
+        human scores, label mass (:func:`logitjudge.sections.scores.item_scores`)."""
+        from .sections.scores import item_scores
+
+        return item_scores(self.table, reading=self.results["settings"]["reading"], human=self.human,
+                           groups=self.groups)
+
+    def to_markdown(self) -> str:
+        from .analysis import format_markdown
+
+        return format_markdown(self.results)
+
+    def save(self, folder, *, title: str | None = None, force: bool = False) -> Path:
+        """The report folder ``logitjudge run`` writes, less its spec.toml: table.npz, results.json, report.md,
+        report.html, plots/ and scores.csv (``title``: the report's heading, "TITLE: position-bias report"). A file
+        there of another kind is refused unless ``force``."""
+        from .outputs import Output, check_outputs, report_folder
+        from .report import write_report
+        from .sections.scores import write_item_scores
+
+        folder = Path(folder)
+        check_outputs([Output(folder, "Report.save", files=report_folder())], [], force=force)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.table.save(folder / "table.npz")
+        write_report(folder, self.results, table_meta=self.table.meta, title=title)
+        write_item_scores(self.scores, folder / "scores.csv")
+        return folder
+
+    def __repr__(self) -> str:
+        t = self.results["table"]
+        done = [k for k, v in self.results.items() if k not in ("verdict", "table", "settings", "skipped",
+                                                                 "warnings") and v is not None]
+        c = t["n_criteria"]
+        return (f"<logitjudge Report: {t['n_items']} items x {c} {'criterion' if c == 1 else 'criteria'} x "
+                f"{t['n_orderings']} orderings; sections {', '.join(done)}; {len(self.results['skipped'])} skipped; "
+                f"verdict: {self.verdict[:160]}{'...' if len(self.verdict) > 160 else ''}>")
+
+
+def analyze(result, *, human=None, group_by: str | None = None, n_boot: int = 1000, method: str = "pearson",
+            seed: int = 0, n_draws: int = 100, reading: str = "expected") -> Report:
+    """Every statistic the table supports: ``logitjudge analyze``. ``result``: a :class:`Result`, a
+    :class:`~logitjudge.table.ScoreTable` or the path of a table. ``human``: a DataFrame (columns ``id`` and one
+    per criterion) or a file, as :func:`read_human`; ``group_by``: its column that groups items (default: the
+    table's own groups). ``n_boot``, ``method``, ``seed``, ``n_draws``, ``reading``: the flags of the same names.
+    Returns a :class:`Report`."""
+    from .analysis import analyze as analyze_table
+    from .spec import SpecError
+
+    a = _section(AnalysisSpec, {"n_boot": n_boot, "method": method, "seed": seed, "n_draws": n_draws,
+                                "reading": reading}, "analyze", "analysis")
+    if group_by is not None and human is None:
+        raise SpecError("lj.analyze(group_by=...) names a column of the human scores; give human=... too (without "
+                        "them the table's own item groups are used)")
+    table = _table_of(result)
+    scores, groups = read_human(human, group_by=group_by) if human is not None else (None, None)
+    res = analyze_table(table, human=scores, groups=groups or None, rng=a.seed, n_boot=a.n_boot, method=a.method,
+                        n_draws=a.n_draws, reading=a.reading)
+    return Report(table, res, scores, groups or None)
