@@ -129,13 +129,7 @@ def _scan(path: Path) -> tuple[dict | None, list[dict], int, list[str], list[int
     head = parse_record(lines[0])[1] if lines else None
     problems: list[str] = []
     if not isinstance(head, dict) or "fingerprint" not in head:
-        if not raw.startswith(b'{"lj":2,'):
-            raise CheckpointError(f"{path} is not a logitjudge checkpoint (format {FORMAT}); it may be from an "
-                                  f"older logitjudge or another program: {_FIX_FOREIGN}")
-        if len(lines) > 1:
-            raise CheckpointError(f"{path}: its first record (the run's settings) is damaged, so the "
-                                  f"{len(lines) - 1} records after it cannot be matched to this run; delete it "
-                                  "to score again, or choose another --out")
+        _refuse_head(path, raw, len(lines) - 1)
         return None, [], 0, ["its first record was cut off"], []
     good, where, end = [], [], len(lines[0]) + 1
     for i, line in enumerate(lines[1:], 2):
@@ -158,6 +152,39 @@ def _scan(path: Path) -> tuple[dict | None, list[dict], int, list[str], list[int
             problems.append(f"the last record was cut off by an interruption ({count}); truncated, its items "
                             "are scored again")
     return head, good, end, problems, where
+
+
+def _refuse_head(path: Path, start: bytes, after: int) -> None:
+    """Refuse a file whose first record (the run's settings) is not readable, unless nothing was saved after it
+    (a run killed while writing it: started again). ``start``: the file's first bytes; ``after``: the number of
+    records after the first."""
+    if not start.startswith(b'{"lj":2,'):
+        raise CheckpointError(f"{path} is not a logitjudge checkpoint (format {FORMAT}); it may be from an "
+                              f"older logitjudge or another program: {_FIX_FOREIGN}")
+    if after > 0:
+        raise CheckpointError(f"{path}: its first record (the run's settings) is damaged, so the {after} "
+                              f"record{'s' * (after != 1)} after it cannot be matched to this run; move it away or "
+                              "delete it to score those items again, or choose another --out")
+
+
+def check_file(path: Path) -> None:
+    """Before the model loads: refuse (:class:`CheckpointError`) a checkpoint at ``path`` that a run could not
+    resume, a file that is not a checkpoint or one whose first record (the run's settings) is damaged with
+    records after it, reading its first record and counting its lines (not checking every record, as a run
+    does). Nothing there, an empty file or a good first record: nothing to say here."""
+    if not path.is_file():
+        return
+    with path.open("rb") as f:
+        first = f.readline()
+        if not first:
+            return
+        head = parse_record(first.rstrip(b"\n"))[1]
+        if isinstance(head, dict) and "fingerprint" in head:
+            return
+        after = 0  # the whole records after the first, as a run's scan counts them (a cut-off tail is not one)
+        while chunk := f.read(1 << 24):
+            after += chunk.count(b"\n")
+    _refuse_head(path, first, after)
 
 
 class RunLock:

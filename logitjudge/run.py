@@ -70,6 +70,12 @@ def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | No
     return h.hexdigest()[:16]
 
 
+def shows_descriptions(template) -> bool:
+    """A pointwise template's prompts show the rubric's descriptions, so an empty one is refused (the preflight
+    checks it before the model loads, the run again)."""
+    return template.needs_descriptions and "{description}" in template.option_line
+
+
 class RunError(LogitJudgeError, ValueError):
     """Items or settings a run cannot start with."""
 
@@ -123,8 +129,7 @@ class Run:
     def _setup(self, lm, items, rubric, option_orders, template, engine, out, progress, meta) -> None:
         """What every run checks and holds: template, rubric, unique items, option orders, the engine."""
         self.template = load_template(template).require("pointwise")  # candidates run as a CandidateRun
-        rubric.validate(need_descriptions=self.template.needs_descriptions
-                        and "{description}" in self.template.option_line)
+        rubric.validate(need_descriptions=shows_descriptions(self.template))
         if not items:
             raise RunError("no items to score")
         ids = [it.id for it in items]

@@ -286,8 +286,9 @@ def test_conventions_version_module_help_and_exit_codes(tmp_path, model_dir, cap
     assert main(["analyze", "t.npz"]) == 1
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: kaput" in err and len(err.strip().splitlines()) == 1
-    with pytest.raises(RuntimeError):
-        main(["analyze", "t.npz", "--debug"])
+    assert main(["analyze", "t.npz", "--debug"]) == 1  # the same status, the traceback added
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().endswith("internal error: RuntimeError: kaput")
 
     def interrupted(args):
         import os
