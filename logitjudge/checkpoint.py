@@ -2,10 +2,12 @@
 
 Each line is one JSON object whose framing carries the item count, the payload's byte length and its CRC-32:
 
-    {"lj":2,"items":3,"bytes":812,"crc32":"1a2b3c4d","data":{"items":[[id, probs, label_mass], ...]}}
+    {"lj":2,"items":3,"bytes":812,"crc32":"1a2b3c4d","data":{"items":[[id, probs, label_mass], ...],"by":{...}}}
 
 An item's record is written by the run's codec: a score run's ``[id, probs, label_mass]`` (:data:`SCORES`), a
 probe run's ``[id, {name: array}]`` with each array's dtype, shape and raw bytes in base64 (:data:`ARRAYS`).
+``by`` is the record's writer and what its batch ran (:mod:`logitjudge.provenance`); a record without it (written
+before records carried it) resumes as well, its writer unknown.
 
 The payload is checked byte for byte against the length and checksum, so a record cut by a kill (the torn tail) is
 recognised, reported with the number of items it costs and truncated before the run appends; a damaged record in
@@ -187,6 +189,19 @@ def check_file(path: Path) -> None:
     _refuse_head(path, first, after)
 
 
+def _by(by) -> dict | None:
+    """A record's ``by`` if it has the shape :func:`logitjudge.provenance.record_by` writes, else None (a record
+    from before records carried their writer, or one of another shape: its writer is unknown)."""
+    if not isinstance(by, dict) or not isinstance(by.get("writer"), dict):
+        return None
+    if not isinstance(by.get("kernels", {}), dict) or not isinstance(by.get("engine_stats", {}), dict):
+        return None
+    stats = by.get("engine_stats", {})
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in stats.values()):
+        return None
+    return by
+
+
 class RunLock:
     """One writer per ``--out``: ``flock`` on ``<out>.lock`` (released by the OS when the writer dies), which
     holds the writer's pid and host for the messages."""
@@ -244,6 +259,10 @@ class Checkpoint:
     decoded, is skipped with a warning like a damaged one (its checksum only says it was written whole).
     ``add`` / ``add_batch`` append one durable record; ``finish`` removes the file and the lock after the table
     is saved; ``close`` releases the lock and keeps the file (an interrupted or failed run).
+
+    Provenance (:mod:`logitjudge.provenance`): ``written_by[item_id]`` = the writer of the record holding the
+    item (None: a record without one); ``earlier`` = the ``by`` of each record read from the file (None where
+    it has none), in the file's order.
     """
 
     def __init__(self, out: str | Path | None, fingerprint: str, *, tag: str = "", codec=SCORES, check=None):
@@ -252,6 +271,8 @@ class Checkpoint:
         self.codec = codec
         self.check = check
         self.done: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.written_by: dict[str, dict | None] = {}
+        self.earlier: list[dict | None] = []
         self._lock = None
         if self.path is None:
             return
@@ -280,6 +301,9 @@ class Checkpoint:
             entries, why = self._read(rec)
             if why is None:
                 self.done.update(entries)
+                by = _by(rec.get("by"))
+                self.earlier.append(by)
+                self.written_by.update(dict.fromkeys(entries, None if by is None else by["writer"]))
             else:
                 n = len(rec["items"]) if isinstance(rec, dict) and isinstance(rec.get("items"), list) else None
                 count = "an unknown number of items" if n is None else f"{n} item{'s' * (n != 1)}"
@@ -322,18 +346,22 @@ class Checkpoint:
     def add(self, item_id: str, *record) -> None:
         self.add_batch({item_id: record if len(record) > 1 else record[0]})
 
-    def add_batch(self, results: dict) -> None:
-        """One record for several items: ``{item_id: record}`` (a score run's ``(probs, label_mass)``)."""
+    def add_batch(self, results: dict, by: dict | None = None) -> None:
+        """One record for several items: ``{item_id: record}`` (a score run's ``(probs, label_mass)``); ``by``:
+        its writer and what the batch ran (:func:`logitjudge.provenance.record_by`)."""
         recs = {i: self.codec.normalize(r) for i, r in results.items()}
         if self.path is not None:
             if not self.path.exists():
                 self._write_header()
             armed = faults.hit("record")  # fault injection (tests): a kill inside, or after, this record
-            self._append(frame({"items": [[i, *self.codec.encode(r)] for i, r in recs.items()]}, len(recs)),
-                         faults.cut(armed))
+            payload = {"items": [[i, *self.codec.encode(r)] for i, r in recs.items()]}
+            if by is not None:
+                payload["by"] = by
+            self._append(frame(payload, len(recs)), faults.cut(armed))
             faults.trace(recs)
             faults.after_record(armed)
         self.done.update(recs)
+        self.written_by.update(dict.fromkeys(recs, None if by is None else by.get("writer")))
 
     def _append(self, line: bytes, cut: float | None = None) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

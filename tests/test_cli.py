@@ -177,8 +177,8 @@ def test_interrupted_batches_resume_bitwise_and_are_never_rescored(tmp_path, lon
     monkeypatch.setattr(engine.Engine, "prompt_logprobs", record)
     real_add = checkpoint.Checkpoint.add_batch
 
-    def add_then_stop(self, records):
-        real_add(self, records)
+    def add_then_stop(self, records, *by):
+        real_add(self, records, *by)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(checkpoint.Checkpoint, "add_batch", add_then_stop)
