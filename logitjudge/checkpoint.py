@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import faults
+from . import faults, provenance
 from .errors import LogitJudgeError
 
 log = logging.getLogger("logitjudge")
@@ -189,19 +189,6 @@ def check_file(path: Path) -> None:
     _refuse_head(path, first, after)
 
 
-def _by(by) -> dict | None:
-    """A record's ``by`` if it has the shape :func:`logitjudge.provenance.record_by` writes, else None (a record
-    from before records carried their writer, or one of another shape: its writer is unknown)."""
-    if not isinstance(by, dict) or not isinstance(by.get("writer"), dict):
-        return None
-    if not isinstance(by.get("kernels", {}), dict) or not isinstance(by.get("engine_stats", {}), dict):
-        return None
-    stats = by.get("engine_stats", {})
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in stats.values()):
-        return None
-    return by
-
-
 class RunLock:
     """One writer per ``--out``: ``flock`` on ``<out>.lock`` (released by the OS when the writer dies), which
     holds the writer's pid and host for the messages."""
@@ -301,7 +288,7 @@ class Checkpoint:
             entries, why = self._read(rec)
             if why is None:
                 self.done.update(entries)
-                by = _by(rec.get("by"))
+                by = provenance.checked(rec.get("by"))
                 self.earlier.append(by)
                 self.written_by.update(dict.fromkeys(entries, None if by is None else by["writer"]))
             else:

@@ -55,6 +55,22 @@ def record_by(who: dict, before: tuple[dict, dict], after: tuple[dict, dict]) ->
             "engine_stats": stats_delta(after[1], before[1])}
 
 
+def checked(by) -> dict | None:
+    """A record's ``by`` read back, if it has the shape :func:`record_by` writes, else None (a record from
+    before records carried their writer, or one of another shape: its writer is unknown)."""
+    if not isinstance(by, dict) or not isinstance(by.get("writer"), dict):
+        return None
+    kernels, stats = by.get("kernels", {}), by.get("engine_stats", {})
+    try:
+        merge_kernels(kernels)
+        merge_stats(stats)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in stats.values()):
+        return None
+    return by
+
+
 # ---- kernels meta: {kernel: {"ran": {impl: {"calls", "buckets": {bucket: calls}}}, "choices": {bucket: ...}}}
 def kernels_delta(after: dict, before: dict) -> dict:
     """The calls in ``after`` not in ``before`` (both ``Recorder.as_meta`` forms), with the decisions of the
@@ -146,7 +162,7 @@ def merge_meta(meta: dict, item_ids: list[str], written_by: dict, earlier: list[
     unknown = len(rows.get((UNKNOWN,), []))
     mixed = len(setups) > 1 or (UNKNOWN if unknown else False)
     listed = []
-    for key, who in sorted(writers.items(), key=lambda kw: "" if kw[1] == UNKNOWN else kw[1].get("started", "")):
+    for key, who in sorted(writers.items(), key=lambda kw: "" if kw[1] == UNKNOWN else str(kw[1].get("started"))):
         entry = {"writer": UNKNOWN} if who == UNKNOWN else dict(who)
         entry.update(items=len(rows[key]), row_slices=_slices(rows[key]))
         if mixed is True and who != UNKNOWN:  # which rows ran on which kernels

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from logitjudge.checkpoint import frame, parse_record, scan
-from logitjudge.provenance import kernels_delta, merge_kernels, merge_stats, stats_delta
+from logitjudge.provenance import checked, kernels_delta, merge_kernels, merge_stats, stats_delta
 from logitjudge.table import ScoreTable
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -147,3 +147,10 @@ def test_deltas_and_merges_add_back_up():
     assert merge_kernels(kernels_delta(a, {}), kernels_delta(b, a)) == b
     s1, s2 = {"tokens": 10, "reads": 2}, {"tokens": 25, "reads": 2, "oom_retries": 1, "token_budget_after_oom": 300}
     assert merge_stats(stats_delta(s1, {}), stats_delta(s2, s1)) == s2
+    # a record's provenance of another shape is read as unknown, never merged
+    who = {"writer": {"pid": 1}}
+    assert checked({**who, "kernels": b, "engine_stats": s1}) is not None
+    for bad in ({"kernels": {"attention": 1}}, {"kernels": {"a": {"ran": {"C": {"buckets": {"1": "x"}}}}}},
+                {"engine_stats": {"tokens": "10"}}, {"engine_stats": {"tokens": True}}):
+        assert checked({**who, **bad}) is None, bad
+    assert checked({"kernels": b}) is None and checked([1]) is None
