@@ -2,10 +2,12 @@
 
 Each line is one JSON object whose framing carries the item count, the payload's byte length and its CRC-32:
 
-    {"lj":2,"items":3,"bytes":812,"crc32":"1a2b3c4d","data":{"items":[[id, probs, label_mass], ...]}}
+    {"lj":2,"items":3,"bytes":812,"crc32":"1a2b3c4d","data":{"items":[[id, probs, label_mass], ...],"by":{...}}}
 
 An item's record is written by the run's codec: a score run's ``[id, probs, label_mass]`` (:data:`SCORES`), a
 probe run's ``[id, {name: array}]`` with each array's dtype, shape and raw bytes in base64 (:data:`ARRAYS`).
+``by`` is the record's writer and what its batch ran (:mod:`logitjudge.provenance`); a record without it (written
+before records carried it) resumes as well, its writer unknown.
 
 The payload is checked byte for byte against the length and checksum, so a record cut by a kill (the torn tail) is
 recognised, reported with the number of items it costs and truncated before the run appends; a damaged record in
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import faults
+from . import faults, provenance
 from .errors import LogitJudgeError
 
 log = logging.getLogger("logitjudge")
@@ -129,13 +131,7 @@ def _scan(path: Path) -> tuple[dict | None, list[dict], int, list[str], list[int
     head = parse_record(lines[0])[1] if lines else None
     problems: list[str] = []
     if not isinstance(head, dict) or "fingerprint" not in head:
-        if not raw.startswith(b'{"lj":2,'):
-            raise CheckpointError(f"{path} is not a logitjudge checkpoint (format {FORMAT}); it may be from an "
-                                  f"older logitjudge or another program: {_FIX_FOREIGN}")
-        if len(lines) > 1:
-            raise CheckpointError(f"{path}: its first record (the run's settings) is damaged, so the "
-                                  f"{len(lines) - 1} records after it cannot be matched to this run; delete it "
-                                  "to score again, or choose another --out")
+        _refuse_head(path, raw, len(lines) - 1)
         return None, [], 0, ["its first record was cut off"], []
     good, where, end = [], [], len(lines[0]) + 1
     for i, line in enumerate(lines[1:], 2):
@@ -158,6 +154,39 @@ def _scan(path: Path) -> tuple[dict | None, list[dict], int, list[str], list[int
             problems.append(f"the last record was cut off by an interruption ({count}); truncated, its items "
                             "are scored again")
     return head, good, end, problems, where
+
+
+def _refuse_head(path: Path, start: bytes, after: int) -> None:
+    """Refuse a file whose first record (the run's settings) is not readable, unless nothing was saved after it
+    (a run killed while writing it: started again). ``start``: the file's first bytes; ``after``: the number of
+    records after the first."""
+    if not start.startswith(b'{"lj":2,'):
+        raise CheckpointError(f"{path} is not a logitjudge checkpoint (format {FORMAT}); it may be from an "
+                              f"older logitjudge or another program: {_FIX_FOREIGN}")
+    if after > 0:
+        raise CheckpointError(f"{path}: its first record (the run's settings) is damaged, so the {after} "
+                              f"record{'s' * (after != 1)} after it cannot be matched to this run; move it away or "
+                              "delete it to score those items again, or choose another --out")
+
+
+def check_file(path: Path) -> None:
+    """Before the model loads: refuse (:class:`CheckpointError`) a checkpoint at ``path`` that a run could not
+    resume, a file that is not a checkpoint or one whose first record (the run's settings) is damaged with
+    records after it, reading its first record and counting its lines (not checking every record, as a run
+    does). Nothing there, an empty file or a good first record: nothing to say here."""
+    if not path.is_file():
+        return
+    with path.open("rb") as f:
+        first = f.readline()
+        if not first:
+            return
+        head = parse_record(first.rstrip(b"\n"))[1]
+        if isinstance(head, dict) and "fingerprint" in head:
+            return
+        after = 0  # the whole records after the first, as a run's scan counts them (a cut-off tail is not one)
+        while chunk := f.read(1 << 24):
+            after += chunk.count(b"\n")
+    _refuse_head(path, first, after)
 
 
 class RunLock:
@@ -217,6 +246,10 @@ class Checkpoint:
     decoded, is skipped with a warning like a damaged one (its checksum only says it was written whole).
     ``add`` / ``add_batch`` append one durable record; ``finish`` removes the file and the lock after the table
     is saved; ``close`` releases the lock and keeps the file (an interrupted or failed run).
+
+    Provenance (:mod:`logitjudge.provenance`): ``written_by[item_id]`` = the writer of the record holding the
+    item (None: a record without one); ``earlier`` = the ``by`` of each record read from the file (None where
+    it has none), in the file's order.
     """
 
     def __init__(self, out: str | Path | None, fingerprint: str, *, tag: str = "", codec=SCORES, check=None):
@@ -225,6 +258,8 @@ class Checkpoint:
         self.codec = codec
         self.check = check
         self.done: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.written_by: dict[str, dict | None] = {}
+        self.earlier: list[dict | None] = []
         self._lock = None
         if self.path is None:
             return
@@ -253,6 +288,9 @@ class Checkpoint:
             entries, why = self._read(rec)
             if why is None:
                 self.done.update(entries)
+                by = provenance.checked(rec.get("by"))
+                self.earlier.append(by)
+                self.written_by.update(dict.fromkeys(entries, None if by is None else by["writer"]))
             else:
                 n = len(rec["items"]) if isinstance(rec, dict) and isinstance(rec.get("items"), list) else None
                 count = "an unknown number of items" if n is None else f"{n} item{'s' * (n != 1)}"
@@ -295,18 +333,22 @@ class Checkpoint:
     def add(self, item_id: str, *record) -> None:
         self.add_batch({item_id: record if len(record) > 1 else record[0]})
 
-    def add_batch(self, results: dict) -> None:
-        """One record for several items: ``{item_id: record}`` (a score run's ``(probs, label_mass)``)."""
+    def add_batch(self, results: dict, by: dict | None = None) -> None:
+        """One record for several items: ``{item_id: record}`` (a score run's ``(probs, label_mass)``); ``by``:
+        its writer and what the batch ran (:func:`logitjudge.provenance.record_by`)."""
         recs = {i: self.codec.normalize(r) for i, r in results.items()}
         if self.path is not None:
             if not self.path.exists():
                 self._write_header()
             armed = faults.hit("record")  # fault injection (tests): a kill inside, or after, this record
-            self._append(frame({"items": [[i, *self.codec.encode(r)] for i, r in recs.items()]}, len(recs)),
-                         faults.cut(armed))
+            payload = {"items": [[i, *self.codec.encode(r)] for i, r in recs.items()]}
+            if by is not None:
+                payload["by"] = by
+            self._append(frame(payload, len(recs)), faults.cut(armed))
             faults.trace(recs)
             faults.after_record(armed)
         self.done.update(recs)
+        self.written_by.update(dict.fromkeys(recs, None if by is None else by.get("writer")))
 
     def _append(self, line: bytes, cut: float | None = None) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

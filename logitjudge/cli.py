@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="logitjudge", description=__doc__, formatter_class=_Formatter)
     ap.add_argument("--version", action="version", version=f"logitjudge {__version__}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+    common.add_argument("--debug", action="store_true",
+                        help="add the traceback to an error's line (the exit status stays the same)")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
@@ -309,26 +310,29 @@ def main(argv=None) -> int:
         return COMMANDS[args.cmd](args)
     except KeyboardInterrupt as e:
         if isinstance(e, Interrupted):  # a run counted what its checkpoint holds
-            print(f"interrupted: {e}", file=sys.stderr)
-        else:
-            print("\ninterrupted while no batch was being scored: the items saved before are kept; run the same "
-                  "command to continue", file=sys.stderr)
-        return 130
+            return _fail(args, e, 130, f"interrupted: {e}")
+        return _fail(args, e, 130, "\ninterrupted while no batch was being scored: the items saved before are "
+                                   "kept; run the same command to continue")
     except (LogitJudgeError, OSError) as e:
         # the errors logitjudge raises itself say what is wrong and how to fix it
-        if args.debug:
-            raise
-        print(f"logitjudge {args.cmd}: error: {e}", file=sys.stderr)
-        return 2
+        return _fail(args, e, 2, f"logitjudge {args.cmd}: error: {e}")
     except Exception as e:  # noqa: BLE001 - anything else is a bug: one line, the traceback under --debug
-        if args.debug:
-            raise
-        print(f"logitjudge {args.cmd}: internal error: {type(e).__name__}: {e} (run with --debug for the "
-              "traceback)", file=sys.stderr)
-        return 1
+        return _fail(args, e, 1, f"logitjudge {args.cmd}: internal error: {type(e).__name__}: {e}"
+                                 + ("" if args.debug else " (run with --debug for the traceback)"))
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _fail(args, e: BaseException, status: int, line: str) -> int:
+    """Every failure leaves here: its one line on stderr and its exit status; ``--debug`` adds the traceback
+    before the line and never changes the status (2 bad usage or input, 130 interrupted, 1 internal error)."""
+    if getattr(args, "debug", False):
+        import traceback
+
+        traceback.print_exception(e, file=sys.stderr)
+    print(line, file=sys.stderr)
+    return status
 
 
 def _main_thread() -> bool:

@@ -8,7 +8,8 @@ refused, in one line naming the file and the fix, when it
 * exists and is not a file of the kind the command writes there (a probe table where a score table goes, a
   scores CSV where the long export goes, a text file where a table goes): the fix is another path, or ``--force``
   to replace it; an empty file holds nothing and is replaced;
-* is a folder where a file goes (or a file where a folder goes), or cannot be written.
+* is a folder where a file goes (or a file where a folder goes), the run's checkpoint or lock beside a table
+  included, or cannot be written.
 
 "A file of ours" is recognised by its content, never by its name alone (:data:`KINDS`): a score or probe table is
 a zip archive holding that table's arrays (``probs.npy``, ``meta.npy`` and the others its ``load`` needs); a
@@ -244,6 +245,10 @@ def check_outputs(outputs, inputs, *, force: bool = False) -> None:
             if folder and path.is_dir():
                 raise OutputError(f"{where}: {path} is a folder where the report writes a file; move it away or "
                                   "choose another folder")
+            if str(path) in map(str, out.side) and path.is_dir():  # the run opens it after the model has loaded
+                what = "lock" if path.name.endswith(".lock") else "checkpoint (the finished items of a run)"
+                raise OutputError(f"{where}: {path} is a folder where this run keeps its {what}; move it away or "
+                                  "choose another --out")
             if kind is None or force or not path.is_file() or path.stat().st_size == 0:
                 continue  # nothing there, or an empty file: nothing is lost
             what, ours = KINDS[kind]

@@ -5,6 +5,7 @@ have is refused before the load."""
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,11 +28,13 @@ def model_source(spec: Spec) -> str:
 def preflight(exp: Experiment, lm=None) -> None:
     """The checks that need the judge's tokenizer and config but not its weights, run before the model loads:
     the labels (token prefixes of each other, labels the tokenizer cannot produce), every item's prompts against
-    the model's context, and the probe's layers against the model's layer count. ``lm``: a judge already loaded
-    (the Python API), whose tokenizer and config are checked before any item is scored."""
+    the model's context, and the probe's layers against the model's layer count; first, without the tokenizer,
+    :func:`check_run_files`. ``lm``: a judge already loaded (the Python API), whose tokenizer and config are
+    checked before any item is scored."""
     from .models import config_layers, context_length, load_config, load_tokenizer
     from .requests import encode, first_requests, orders_of, slot_request
 
+    check_run_files(exp)
     if lm is not None:
         tokenizer, config = lm.tokenizer, lm.model.config
     else:
@@ -56,6 +59,25 @@ def preflight(exp: Experiment, lm=None) -> None:
         bad = [x for x in layers if not 0 <= x < n]
         raise SpecError(f"{exp.spec.where('probe', 'layers')}: layer {bad[0]} is outside 0..{n - 1} (the model "
                         f"has {n} layers, read from its config); choose layers in that range")
+
+
+def check_run_files(exp: Experiment) -> None:
+    """What the run checks when it starts, here before the model loads: the rubric's descriptions against a
+    pointwise template that shows them, and each checkpoint the run would resume (a file that is not one, or
+    whose first record, the run's settings, is damaged: :func:`logitjudge.checkpoint.check_file`)."""
+    from .checkpoint import check_file
+    from .experiment import probe_settings
+    from .run import shows_descriptions
+
+    if exp.rows is None:
+        exp.rubric.validate(need_descriptions=shows_descriptions(exp.template))
+    tables = {exp.table_path} | ({exp.probe_path} if probe_settings(exp) is not None else set())
+    for table in sorted(tables):
+        parts = [Path(f"{table}.partial.jsonl")]  # and, under torchrun, each rank's
+        if table.parent.is_dir():
+            parts += sorted(table.parent.glob(f"{glob.escape(table.name)}.rank*.partial.jsonl"))
+        for part in parts:
+            check_file(part)
 
 
 def _check_context(exp: Experiment, tokenizer, max_length: int, chunk: int = 256) -> None:

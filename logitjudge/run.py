@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import distributed
+from . import distributed, provenance
 from .checkpoint import ARRAYS, SCORES, Checkpoint, CheckpointError, scan
 from .engine import Engine, EngineError, Job, NonFiniteError
 from .errors import LogitJudgeError, ProbeError
@@ -68,6 +68,12 @@ def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | No
     for it in items:
         h.update(json.dumps([it.id, it.text, it.context]).encode())
     return h.hexdigest()[:16]
+
+
+def shows_descriptions(template) -> bool:
+    """A pointwise template's prompts show the rubric's descriptions, so an empty one is refused (the preflight
+    checks it before the model loads, the run again)."""
+    return template.needs_descriptions and "{description}" in template.option_line
 
 
 class RunError(LogitJudgeError, ValueError):
@@ -123,8 +129,7 @@ class Run:
     def _setup(self, lm, items, rubric, option_orders, template, engine, out, progress, meta) -> None:
         """What every run checks and holds: template, rubric, unique items, option orders, the engine."""
         self.template = load_template(template).require("pointwise")  # candidates run as a CandidateRun
-        rubric.validate(need_descriptions=self.template.needs_descriptions
-                        and "{description}" in self.template.option_line)
+        rubric.validate(need_descriptions=shows_descriptions(self.template))
         if not items:
             raise RunError("no items to score")
         ids = [it.id for it in items]
@@ -224,6 +229,8 @@ class Run:
             t0 = time.perf_counter()
             done = self.records(ckpt, world)
             table = self.table(done, time.perf_counter() - t0, world.size)
+            table.meta = provenance.merge_meta(table.meta, [it.id for it in self.items], self._written_by,
+                                               ckpt.earlier, self._me)
             if self.out is not None:
                 if world.rank == 0:
                     self._save(table, ckpt)
@@ -249,6 +256,7 @@ class Run:
         """Score this rank's batches not yet in ``ckpt`` (each saved as one record); every rank's records."""
         world = world or distributed.World()
         owned = world.shard(len(self.items))
+        self._me = provenance.writer(self.lm.device, self.engine.gemm_route)
         show = self.progress and world.rank == 0
         bar = Progress(self.plan(owned, ckpt) if show else None)
         listening = self.engine.on_forward
@@ -256,15 +264,18 @@ class Run:
             self.engine.on_forward = bar.advance  # the bar moves per forward call, not per batch
         try:
             for b in self.batches(owned, ckpt.done):
+                before = provenance.snapshot(self.engine)
                 try:
                     results = b.step(b.idx)
                 except NonFiniteError as e:
                     raise EngineError(self._non_finite(e, b.idx)) from None
-                ckpt.add_batch({self.items[i].id: rec for i, rec in zip(b.idx, results)})
+                ckpt.add_batch({self.items[i].id: rec for i, rec in zip(b.idx, results)},
+                               provenance.record_by(self._me, before, provenance.snapshot(self.engine)))
                 bar.saved(len(b.idx))
         finally:
             self.engine.on_forward = listening
             bar.close()
+        self._written_by = world.gather(ckpt.written_by)  # every rank's rows' writers, for the meta
         return world.gather(ckpt.done)
 
     def _non_finite(self, e: NonFiniteError, idx: list[int]) -> str:

@@ -148,8 +148,8 @@ def test_interrupted_run_resumes_with_the_same_numbers(first, root, monkeypatch)
     class Stop(RuntimeError):
         pass
 
-    def add_then_stop(self, records):
-        real(self, records)
+    def add_then_stop(self, records, *by):
+        real(self, records, *by)
         raise Stop("simulated interruption after the first finished batch")
 
     monkeypatch.setattr(Checkpoint, "add_batch", add_then_stop)

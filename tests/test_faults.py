@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from logitjudge import faults
-from logitjudge.checkpoint import Checkpoint, CheckpointError, frame, scan
+from logitjudge.checkpoint import Checkpoint, CheckpointError, check_file, frame, scan
 from logitjudge.cli import main
 from logitjudge.engine import Engine, EngineError
 from logitjudge.items import Item, ItemError
@@ -271,6 +271,7 @@ def test_empty_or_cut_header_starts_again(tmp_path, caplog, content, words):
     out = tmp_path / "c.npz"
     partial = Path(f"{out}.partial.jsonl")
     partial.write_bytes(content)
+    check_file(partial)  # the check before the model loads lets it through: nothing was saved
     with caplog.at_level(logging.WARNING, logger="logitjudge"):
         ck = Checkpoint(out, "fp")
     assert words in caplog.text and "starting it again" in caplog.text and str(partial) in caplog.text
@@ -307,6 +308,9 @@ def test_foreign_checkpoint_is_refused(tmp_path, content, words):
     with pytest.raises(CheckpointError) as e:
         Checkpoint(out, "fp")
     assert words in str(e.value) and str(partial) in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(CheckpointError) as before_the_load:  # the same line, before the model loads
+        check_file(partial)
+    assert str(before_the_load.value) == str(e.value)
     assert partial.read_bytes() == content  # left as it was
     Checkpoint(out, "other" if b"other" in content else "x", tag=".b").close()  # the lock was released
 

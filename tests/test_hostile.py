@@ -98,12 +98,11 @@ def test_outputs_are_refused_before_the_model_loads(tmp_path, model_dir, table, 
     for argv, words in cases:
         _refused(capsys, argv, *words, folder=tmp_path)
     # a file of the kind written there passes the checks (and the run goes on to load the model)
-    monkey_msg = "the model was loaded"
     for argv in (_score(model_dir, texts, table, "--dump-prompts", str(dump)),
                  _score(model_dir, texts, notes, "--force")):
         capsys.readouterr()
-        with pytest.raises(AssertionError, match=monkey_msg):
-            main(argv + ["--debug"])
+        assert main(argv) == 1  # no_load's AssertionError: an internal error
+        assert "AssertionError: the model was loaded" in capsys.readouterr().err
 
 
 def test_read_only_places_are_refused(tmp_path, model_dir, capsys, no_load, monkeypatch):
@@ -397,3 +396,76 @@ def test_a_record_of_the_wrong_shape_is_skipped(tmp_path, tiny_lm, caplog):
         assert f"record on line {line} does not fit this run ({why}" in caplog.text, caplog.text
     assert "skipped, its items are scored again" in caplog.text
     assert np.array_equal(got.probs, ref.probs) and not partial.exists()
+
+
+# ---- 4. issue 35: nothing late; --debug keeps the exit status ---------------------------------------------------
+def test_late_checks_come_before_the_model_loads(tmp_path, model_dir, capsys, no_load):
+    """An empty description a template shows, a checkpoint whose first record (the run's settings) is damaged or
+    that is not a checkpoint, and a folder where the checkpoint goes: refused before the load, nothing written."""
+    from logitjudge.checkpoint import frame
+
+    texts = write_texts(tmp_path / "t.jsonl", 2)
+    rubric = _rubric(tmp_path, "empty", '{value = 1, label = "1", description = "bad"}, '
+                                        '{value = 2, label = "2", description = " "}')
+    _refused(capsys, _score(model_dir, texts, tmp_path / "a.npz", "--rubric", str(rubric)),
+             "option '2' has an empty 'description', which the template shows", folder=tmp_path)
+    head = bytearray(frame({"fingerprint": "0123456789abcdef", "format": 2}, 0))
+    head[40] ^= 1  # a flipped bit in the settings record
+    records = frame({"items": [["t0", [[[0.5, 0.5]]], [[1.0]]]]}, 1) * 2
+    (tmp_path / "b.npz.partial.jsonl").write_bytes(bytes(head) + records)
+    _refused(capsys, _score(model_dir, texts, tmp_path / "b.npz"), "b.npz.partial.jsonl: its first record (the "
+             "run's settings) is damaged, so the 2 records after it", "move it away or delete it", folder=tmp_path)
+    (tmp_path / "c.npz.partial.jsonl").write_text("my notes\nmore notes\n")
+    _refused(capsys, _score(model_dir, texts, tmp_path / "c.npz"), "is not a logitjudge checkpoint", folder=tmp_path)
+    (tmp_path / "d.npz.partial.jsonl").mkdir()
+    _refused(capsys, _score(model_dir, texts, tmp_path / "d.npz"), "d.npz.partial.jsonl is a folder where this "
+             "run keeps its checkpoint", "move it away or choose another --out", folder=tmp_path)
+    (tmp_path / "e.npz.lock").mkdir()
+    _refused(capsys, _score(model_dir, texts, tmp_path / "e.npz"), "e.npz.lock is a folder where this run keeps "
+             "its lock", folder=tmp_path)
+    # a settings record cut off with nothing after it (a run killed while writing it) is started again: the
+    # checks pass and the run goes on to load the model
+    (tmp_path / "f.npz.partial.jsonl").write_bytes(bytes(head)[:30])
+    assert main(_score(model_dir, texts, tmp_path / "f.npz")) == 1
+    assert "AssertionError: the model was loaded" in capsys.readouterr().err
+
+
+def _status(capsys, argv) -> tuple[int, str, int, str]:
+    """(status, stderr) of ``argv`` without and with --debug."""
+    capsys.readouterr()
+    rc = main(argv)
+    err = capsys.readouterr().err
+    rc_debug = main(argv + ["--debug"])
+    return rc, err, rc_debug, capsys.readouterr().err
+
+
+def test_debug_adds_the_traceback_and_keeps_the_status(tmp_path, model_dir, capsys, monkeypatch):
+    from logitjudge import cli
+    from logitjudge.checkpoint import RunLock
+
+    texts = write_texts(tmp_path / "t.jsonl", 2)
+    out = tmp_path / "t.npz"
+    lock = RunLock(Path(f"{out}.lock"), out)  # another run writing --out now
+    try:
+        rc, err, rc_debug, err_debug = _status(capsys, _score(model_dir, texts, out, "--orderings", "fixed:1"))
+    finally:
+        lock.release()
+    assert rc == rc_debug == 2 and "another logitjudge run (pid" in err and "Traceback" not in err
+    assert "Traceback" in err_debug and err_debug.strip().splitlines()[-1] == err.strip().splitlines()[-1]
+    assert not out.exists()
+    rubric = _rubric(tmp_path, "empty", '{value = 1, label = "1", description = ""}, '
+                                        '{value = 2, label = "2", description = "b"}')
+    rc, err, rc_debug, err_debug = _status(capsys, _score(model_dir, texts, out, "--rubric", str(rubric)))
+    assert rc == rc_debug == 2 and "Traceback" in err_debug and "RubricError" in err_debug
+
+    def boom(args):
+        raise RuntimeError("kaput")
+
+    def interrupt(args):
+        raise KeyboardInterrupt
+
+    for fn, status, line in ((boom, 1, "internal error: RuntimeError: kaput"), (interrupt, 130, "interrupted")):
+        monkeypatch.setitem(cli.COMMANDS, "analyze", fn)
+        rc, err, rc_debug, err_debug = _status(capsys, ["analyze", "t.npz"])
+        assert rc == rc_debug == status and line in err and "Traceback" not in err, (err, err_debug)
+        assert "Traceback" in err_debug and line in err_debug.strip().splitlines()[-1]
