@@ -72,7 +72,7 @@ def check_run_files(exp: Experiment) -> None:
     if exp.rows is None:
         exp.rubric.validate(need_descriptions=shows_descriptions(exp.template))
     tables = {exp.table_path} | ({exp.probe_path} if probe_settings(exp) is not None else set())
-    for table in sorted(tables):
+    for table in sorted(t for t in tables if t is not None):  # None: a Python call that writes no table
         parts = [Path(f"{table}.partial.jsonl")]  # and, under torchrun, each rank's
         if table.parent.is_dir():
             parts += sorted(table.parent.glob(f"{glob.escape(table.name)}.rank*.partial.jsonl"))
