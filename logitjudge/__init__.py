@@ -10,5 +10,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Criterion", "Rubric", "ScoreOption", "ScoreTable", "balanced", "builtin_rubric", "fixed", "is_balanced",
-    "load_rubric", "random_orders", "shared_random_orders", "__version__",
+    "load_rubric", "random_orders", "rank", "reward", "shared_random_orders", "__version__",
 ]
+
+_LAZY = {"rank": ("picks", "rank"), "reward": ("rlaif", "reward")}  # pandas, scipy, torch load on first use
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
