@@ -228,15 +228,45 @@ def _leaderboard(groups: list[_Group], systems, opts, gen) -> tuple[pd.DataFrame
     return frame, info
 
 
+def score_candidates(items, judge, *, rubric="default", orderings: str = "balanced", seed: int = 0,
+                     template=None, progress: bool = False) -> ScoreTable:
+    """Score grouped candidates pointwise for :func:`rank`: ``items`` (:class:`~logitjudge.items.Item` or dicts
+    with ``id``, ``text``, ``context``, ``group``) with ``judge`` (a loaded model or a model id) on ``rubric`` under
+    ``orderings`` (``balanced``, ``all``, ``random:K``...), a group's candidates on one token trie
+    (:class:`logitjudge.grouped.GroupedRun`)."""
+    from .grouped import score_grouped
+    from .items import Item
+    from .orderings import parse
+    from .rubric import Rubric, builtin_rubric, load_rubric
+
+    its = [x if isinstance(x, Item) else Item(str(x["id"]), x["text"], x.get("context", ""), x.get("group", ""))
+           for x in items]
+    if isinstance(judge, str):
+        from .models import load_model
+
+        judge = load_model(judge)
+    if not isinstance(rubric, Rubric):
+        rubric = load_rubric(rubric) if str(rubric).endswith((".toml", ".json")) else builtin_rubric(rubric)
+    orders = parse(orderings, rubric.n_options, seed=seed, n_items=len(its))
+    return score_grouped(judge, its, rubric, orders, template=template, progress=progress)
+
+
 def rank(table, *, criterion: str | None = None, reading: str = "expected", stability: float = 0.95,
          budget: int | None = None, design: str = "independent", systems=None, method: str = "auto",
          n_draws: int = 20_000, leaderboard_draws: int = 2000, max_outcomes: int = 1_000_000, prior: float = 0.1,
-         n_boot: int = 1000, confidence: float = 0.95, rng: int = 0) -> Ranking:
+         n_boot: int = 1000, confidence: float = 0.95, rng: int = 0, judge=None, score: dict | None = None
+         ) -> Ranking:
     """Rank every group's candidates in ``table`` (a :class:`~logitjudge.table.ScoreTable` or its path) and the
     hold probability of each pick (module doc). ``reading``: pointwise 'expected' (default) or 'greedy'; pairwise
     and listwise read answers, 'greedy' or 'sampled' ('expected' is read as 'sampled'). ``budget``: the largest K
     (default: the pool's rows; pairwise 2). ``systems``: a mapping item id -> system or a callable (e.g.
-    :func:`id_suffix`) for the leaderboard. ``rng``: the seed of every Monte-Carlo draw and bootstrap."""
+    :func:`id_suffix`) for the leaderboard. ``rng``: the seed of every Monte-Carlo draw and bootstrap. ``table``
+    may also be a list of candidates, scored first with ``judge`` (:func:`score_candidates`; ``score`` holds its
+    keyword arguments: rubric, orderings, seed, template)."""
+    if isinstance(table, (list, tuple)):
+        if judge is None:
+            raise RankError("rank(items) scores the candidates first: pass judge= (a loaded model or a model id)")
+        table = score_candidates(table, judge, **(score or {}))
     t = table if isinstance(table, ScoreTable) else ScoreTable.load(table)
     stability = _checked(hd.check_stability, stability)
     if budget is not None and (int(budget) != budget or budget < 1):

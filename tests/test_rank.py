@@ -255,3 +255,19 @@ def test_hostile_rank_inputs(tmp_path, capsys):
     _refused(capsys, ["rank", str(tmp_path / "ok.npz"), "--criterion", "Nope"], "criterion 'Nope'")
     _refused(capsys, ["rank", str(tmp_path / "missing.npz")], "no such file")
     assert not (tmp_path / "lb.csv").exists() and not (tmp_path / "g.txt").exists()
+
+
+def test_rank_scores_candidates_first(tiny_lm):
+    """rank(items, judge=...) scores the groups on one trie each, then ranks: the same as ranking the table."""
+    from logitjudge.picks import score_candidates
+
+    items = [{"id": f"{g}/{j}", "text": t, "context": f"Question {g}?", "group": g}
+             for g in ("a", "b") for j, t in enumerate(["The cat sat.", "A dog ran far.", "Yes."])]
+    kw = {"rubric": "default", "orderings": "random:2", "seed": 4}
+    direct = rank(items, judge=tiny_lm, score=kw)
+    table = score_candidates(items, tiny_lm, **kw)
+    again = rank(table)
+    pd.testing.assert_frame_equal(direct.groups, again.groups)
+    assert len(direct.candidates) == 6 and set(direct.holds["k"]) == {1, 2} and direct.holds["exact"].all()
+    with pytest.raises(RankError, match="judge="):
+        rank(items)
