@@ -119,6 +119,9 @@ def _pointwise(table, c, reading, opts) -> tuple[list[_Group], dict]:
     s = read_scores(table.probs[:, c], table.values[c], reading=reading)[:, rows]  # [items, pool rows]
     g = table.item_groups.astype(str)
     ids = table.item_ids.astype(str)
+    if np.any(g == ""):
+        raise RankError(f"{int(np.sum(g == ''))} items have no group (e.g. {ids[g == ''][0]!r}): every candidate "
+                        "needs the group of the prompt it answers")
     names = list(dict.fromkeys(g.tolist()))
     members = [np.flatnonzero(g == n) for n in names]
     _check_groups(names, [m.size for m in members])
