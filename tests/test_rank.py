@@ -89,6 +89,26 @@ def test_shared_design_enumerates_row_multisets():
     assert r.hold[1] == pytest.approx(np.mean(means[..., 0] > means[..., 1] + 1e-9))
 
 
+def test_independent_exact_equals_brute_force():
+    """The convolution and grid formula against every joint draw (3 rows, 3 candidates, K = 1..3: up to 27^3
+    outcomes), with ties at the top in some outcomes (integer scores)."""
+    import itertools
+
+    from logitjudge.stats.top1 import top_sets
+
+    s = np.random.default_rng(5).integers(1, 4, size=(3, 3)).astype(float)
+    s[:, 0] += 0.5  # candidate 1 leads on average
+    res = hold_probability(s, ks=[1, 2, 3])
+    for k, h in zip(res.ks, res.hold):
+        draws = list(itertools.product(range(3), repeat=k))
+        means = np.array([[s[list(d), j].mean() for d in draws] for j in range(3)])  # [candidate, draw]
+        total = 0.0
+        for combo in itertools.product(range(len(draws)), repeat=3):
+            x = means[np.arange(3), list(combo)]
+            total += np.array_equal(top_sets(x, True), np.isin(np.arange(3), res.pick_index))
+        assert h == pytest.approx(total / len(draws) ** 3, abs=1e-12)
+
+
 def test_monte_carlo_agrees_with_exact_and_carries_its_se():
     s = np.array(GROUPS["fragile"]["A"] + GROUPS["fragile"]["B"] + GROUPS["fragile"]["C"], float).reshape(3, 6).T
     exact = hold_probability(s, ks=[1, 2, 3])
