@@ -14,5 +14,16 @@ __all__ = [
     "Report", "Result", "analyze", "load_judge", "score",
     # the building blocks (the submodules are the long form)
     "Criterion", "Rubric", "ScoreOption", "ScoreTable", "balanced", "builtin_rubric", "fixed", "is_balanced",
-    "load_rubric", "random_orders", "shared_random_orders", "__version__",
+    "load_rubric", "random_orders", "rank", "reward", "shared_random_orders", "__version__",
 ]
+
+_LAZY = {"rank": ("picks", "rank"), "reward": ("rlaif", "reward")}  # pandas, scipy, torch load on first use
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

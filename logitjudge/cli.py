@@ -1,4 +1,4 @@
-"""Command line: logitjudge score | analyze | run | probe | compare | demo (also python -m logitjudge).
+"""Command line: logitjudge score | analyze | run | probe | compare | rank | demo (also python -m logitjudge).
 
 score and probe build a spec from their flags and run it as run runs a TOML spec; the flags, their choices,
 defaults and help are the fields of logitjudge.spec. run takes the same --limit, --threads, --token-budget,
@@ -135,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--plot", default="compare.png",
                    help="the PNG to write (several criteria: one per criterion, NAME-<criterion>.png)")
     c.add_argument("--json", default=None, metavar="FILE", help="also write the comparisons to FILE as JSON")
+
+    from .rank_cli import add_rank_flags  # the rank command's flags live with it
+
+    add_rank_flags(command("rank", "rank each prompt's candidates from a score table and the probability that the "
+                                   "pick holds under random orders; leaderboards (--systems)"))
 
     d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo", help="report folder")
@@ -289,8 +294,14 @@ def cmd_demo(args) -> int:
     return run_demo(args.out, model=args.model)
 
 
+def cmd_rank(args) -> int:
+    from .rank_cli import cmd_rank as run_rank
+
+    return run_rank(args)
+
+
 COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo, "probe": cmd_probe,
-            "compare": cmd_compare}
+            "compare": cmd_compare, "rank": cmd_rank}
 
 
 class UsageError(LogitJudgeError, ValueError):
