@@ -349,8 +349,8 @@ def run_experiment(spec_path_or_dict, *, data_dir=None, out=None, lm=None, progr
     exp = prepare(with_overrides(load_spec(spec_path_or_dict), overrides), data_dir=data_dir, out=out, force=force,
                   spec_file=spec_file)
     probing = probe_settings(exp) is not None
+    preflight(exp, lm)  # a preloaded judge: its own tokenizer and config, checked before any item is scored
     if lm is None:
-        preflight(exp)
         lm = load_judge(exp.spec)
     engine = judge_engine(exp, lm)
     table = score_experiment(exp, lm, engine=engine, progress=progress)

@@ -108,7 +108,7 @@ class Progress:
         parts = [f"{self.plan.label} {frac:4.0%} [{bar}]"]
         if self.unit == "tokens":
             parts.append(f"{self.done:,}/{self.total:,} tokens,")
-        parts.append(f"{self.items_saved}/{self.plan.items} items saved,")
+        parts.append(f"{self.items_saved}/{self.plan.items} items {self._kept},")
         r, eta = self.rate(), self.eta()
         parts.append("measuring the rate" if r is None else f"{_rate(r, self.unit)}, ETA {_clock(eta)}")
         return " ".join(parts)
@@ -119,7 +119,13 @@ class Progress:
         r = self.rate()
         speed = f" ({_rate(r, self.unit)})" if r else ""
         return (f"logitjudge: {self.plan.label}: {what} in {_clock(dt)}{speed}, {self.items_saved}/{self.plan.items}"
-                " items saved")
+                f" items {self._kept}")
+
+    @property
+    def _kept(self) -> str:
+        """"saved" where a checkpoint file holds the finished items, "done" where the run writes none (a Python
+        call without ``out``)."""
+        return "done" if self.plan.checkpoint is None else "saved"
 
     # ---- drawing -----------------------------------------------------------------------------------------------
     def _maybe_draw(self) -> None:

@@ -90,6 +90,16 @@ def test_bar_on_a_terminal_is_redrawn_in_place(monkeypatch):
     assert progress.Progress(None).enabled is False  # --quiet: no plan, nothing written
 
 
+def test_a_run_without_a_checkpoint_says_done_not_saved():
+    """lj.score without ``out`` writes no file: the bar and the totals count items done, never "saved"."""
+    out = io.StringIO()
+    bar = progress.Progress(progress.Plan("scoring", 2, 0, 4, 1, 100), stream=out)
+    bar.advance(100)
+    bar.saved(2)
+    bar.close()
+    assert out.getvalue().rstrip("\n").endswith("2/2 items done") and "saved" not in out.getvalue()
+
+
 def test_plan_lines_say_what_is_an_estimate():
     greedy = progress.Plan("scoring", 3, 0, 18, 3, 900, estimate="an estimate: the slots after the first follow "
                                                                  "the judge's answers")
