@@ -209,8 +209,8 @@ def console_steps(body: str) -> list[tuple[str, str]]:
 
 def environment() -> dict:
     venv_bin = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
-           "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""), "MPLBACKEND": "Agg",
+           "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", "NO_MKDOCS_2_WARNING": "1"}
     env.pop("LOGITJUDGE_FAULTS", None)
     return env
 
