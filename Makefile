@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo lint bench clean chromium
+.PHONY: venv test demo lint bench clean chromium docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,10 @@ chromium:
 demo: $(STAMP)
 	$(BIN)/logitjudge demo --out out/demo
 
+# The manual (docs/, mkdocs.yml) into site/; --strict: a warning or a broken link fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
@@ -37,4 +41,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
 
 clean:
-	rm -rf $(VENV) out build dist *.egg-info
+	rm -rf $(VENV) out build dist *.egg-info site
