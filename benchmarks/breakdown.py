@@ -1,14 +1,18 @@
 """Where the engine's time goes: one workload, the native step function's parts timed in place.
 
-Wraps (for the timed run only) the projections (packed GEMMs; the gated-MLP GEMMs with their GELU/product
-epilogues), the q/k norm + RoPE and residual + norm row kernels, attention (shared-prefix and the last layer's
+Any judge the ``native`` step takes (Gemma-3, Llama, Qwen2/2.5, Qwen3, Mistral, Phi-3). Wraps (for the timed run
+only) the projections (packed GEMMs; the gated-MLP GEMMs with their GELU or SiLU / product epilogues), the q/k
+(norm +) RoPE and residual + norm row kernels, attention (shared-prefix and the last layer's
 read positions) and the step function as a whole; the rest of the run (trie, scheduling, the read-out of the
 vocabulary head, Python) is the run minus the step function. Each part's FLOPs rate is printed where it has one
 (GEMMs: 2 x rows x weight size of every call; attention: the trie's (query, key) pairs as in
 benchmarks/peers.py, which the last layer's pruning makes a slight overestimate).
 
-    .venv/bin/python benchmarks/breakdown.py [--workload 8x350] [--dtype fp32|bf16|auto] [--threads 2]
-        [--repeats 3] [--clock wall|cpu]
+    .venv/bin/python benchmarks/breakdown.py [--model gemma-3-270m|FOLDER] [--workload 8x350]
+        [--dtype fp32|bf16|auto] [--threads 2] [--repeats 3] [--clock wall|cpu] [--compare shared,plain]
+
+``--compare``: the same workload through other prefix modes (best of ``--repeats``; ``plain`` once), each with
+the largest difference of any option probability from the native step's.
 
 ``--clock cpu`` times with the process's CPU time instead of the wall clock: with ``--threads 1`` it measures the
 work alone on a machine that others share (the wall clock also counts the time the process waited for a core).
@@ -25,26 +29,29 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import torch
 from logitjudge_kernels import dispatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads  # noqa: E402
 
-import logitjudge.judge.backends.native_gemma3 as native  # noqa: E402
+import logitjudge.judge.backends.native_common as native  # noqa: E402
 from logitjudge.autodtype import cpu_info, describe_cpu, resolve_dtype  # noqa: E402
-from logitjudge.engine import Engine  # noqa: E402
+from logitjudge.engine import Engine, distribution  # noqa: E402
 from logitjudge.models import load_model  # noqa: E402
 
 PARTS = {  # (owner, attribute) -> label
-    (native._Weight, "__call__"): "GEMMs: q/k/v, output, down projections",
-    (native._GeluGate, "__call__"): "GEMMs: gate/up with GELU x up epilogues",
+    (native.Weight, "__call__"): "GEMMs: q/k/v, output, down projections",
+    (native.GatedMLP, "__call__"): "GEMMs: gate/up with activation x up epilogues",
     (native, "qk_norm_rope"): "q/k norm + RoPE (row kernel)",
+    (native, "qk_rope"): "q/k RoPE (row kernel)",
     (native, "residual_rms_norm"): "residual + norms (row kernel)",
+    (native, "add_rms_norm"): "residual add + norm (row kernel)",
     (native, "rms_norm"): "first / read-position norms",
     (native, "shared_prefix_attention"): "attention (shared prefix + suffix)",
     (native, "attend_selected"): "attention (last layer, read positions)",
-    (native.NativeGemma3, "__call__"): "step function, total",
+    (native.NativeStep, "__call__"): "step function, total",
 }
 
 
@@ -91,6 +98,8 @@ def main(argv=None) -> int:
                     help="cpu: the process's CPU time (use with --threads 1 on a shared machine)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="untimed-part runs; the fastest is reported")
+    ap.add_argument("--compare", default="", help="other prefix modes to time on the same prompts, e.g. "
+                    "shared,plain")
     ap.add_argument("--out", default="benchmarks/results/breakdown.json")
     args = ap.parse_args(argv)
     global CLOCK
@@ -109,10 +118,8 @@ def main(argv=None) -> int:
         engine.prompt_logprobs(wl.groups)
         plain.append(CLOCK() - t0)
     total, seconds, gemm_flops = timed_run(engine, wl.groups)
-    cfg = lm.model.get_decoder().config
-    attn_flops = wl.attention_flops(cfg.num_attention_heads, cfg.head_dim,
-                                    [cfg.sliding_window if t == "sliding_attention" else None
-                                     for t in cfg.layer_types])
+    step_fn = engine.backend.step
+    attn_flops = wl.attention_flops(step_fn.heads, step_fn.head_dim, [lw.window for lw in step_fn.layers])
     flops = {**gemm_flops, "attention (shared prefix + suffix)": attn_flops}
     step = seconds.get("step function, total", 0.0)
     table = [(label, seconds.get(label, 0.0)) for label in PARTS.values() if label != "step function, total"]
@@ -130,16 +137,42 @@ def main(argv=None) -> int:
     kernels = getattr(timed_run, "kernels", {})
     print("\nkernels (the dispatcher's record of the timed run): " + "; ".join(
         f"{k}: " + ", ".join(f"{impl} x{r['calls']}" for impl, r in v["ran"].items()) for k, v in kernels.items()))
+    compared = compare(lm, wl.groups, [m for m in args.compare.split(",") if m], args.repeats, min(plain),
+                       engine.prompt_logprobs(wl.groups))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"workload": wl.summary(), "dtype": dtype, "dtype_reason": why, "gemm_route": route,
                                "clock": args.clock, "cpu": cpu_info(), "threads": args.threads,
                                "runs_s": plain, "timed_run_s": total, "parts_s": dict(table),
-                               "flops": flops, "kernels": kernels,
+                               "flops": flops, "kernels": kernels, "compared": compared,
                                "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
                               indent=1))
     print(f"\nwrote {out}")
     return 0
+
+
+def _probs(logprobs) -> list:
+    return [distribution(lp)[0] for group in logprobs for lp in group]
+
+
+def compare(lm, groups, modes: list[str], repeats: int, native_s: float, native_lp) -> dict:
+    """Each mode's run time on the same prompts (best of ``repeats``; plain once) and its largest option-
+    probability difference from the native step's."""
+    out = {}
+    ref = _probs(native_lp)
+    for mode in modes:
+        eng = Engine(lm, prefix_mode=mode)
+        eng.prompt_logprobs([groups[0][:1]])  # warm-up
+        times, lp = [], None
+        for _ in range(1 if mode == "plain" else repeats):
+            t0 = CLOCK()
+            lp = eng.prompt_logprobs(groups)
+            times.append(CLOCK() - t0)
+        diff = max(float(np.abs(a - b).max()) for a, b in zip(_probs(lp), ref))
+        out[mode] = {"run_s": min(times), "runs_s": times, "max_abs_prob_diff_vs_native": diff}
+        print(f"{mode}: {min(times):.2f} s ({min(times) / native_s:.2f}x the native step's {native_s:.2f} s), "
+              f"max |p - p_native| {diff:.2e}")
+    return out
 
 
 if __name__ == "__main__":

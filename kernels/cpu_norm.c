@@ -1,4 +1,6 @@
-/* Fused fp32 row kernels for the native Gemma-3 step function on CPU (see cpu_norm.py).
+/* Fused fp32 row kernels for the native step functions on CPU (see cpu_norm.py): Gemma-3's conventions (a norm
+ * of each block's output before the residual add, q/k norms) and Llama's (the residual add, then the next norm;
+ * RoPE without q/k norms).
  *
  * Each row of a (rows, d) matrix is independent and small (d = 640 for Gemma-3-270M, one head = 256), so one
  * pass that keeps the row in L1 replaces the 4-6 passes over memory of the composed torch ops (pow, mean,
@@ -48,18 +50,39 @@ void residual_rms_norm_f32(const float *x, const float *y, const float *w_y, con
     }
 }
 
+/* The residual step between Llama-style blocks (no norm of the block's output):
+ *   x_out = x + y,   h_out = rms_norm(x_out) * w_next.   x, y, x_out, h_out: contiguous (rows, d). */
+void add_rms_norm_f32(const float *x, const float *y, const float *w_next, float *x_out, float *h_out,
+                      int64_t rows, int64_t d, float eps, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d, *yr = y + r * d;
+        float *xo = x_out + r * d, *ho = h_out + r * d;
+#pragma omp simd
+        for (int64_t j = 0; j < d; j++) xo[j] = xr[j] + yr[j];
+        float inv_x = row_inv_rms(xo, d, eps);
+#pragma omp simd
+        for (int64_t j = 0; j < d; j++) ho[j] = (xo[j] * inv_x) * w_next[j];
+    }
+}
+
+/* One head vector rotated (RoPE, half-split as transformers' rotate_half), no norm. */
+static inline void rope_head(const float *t, const float *cos, const float *sin, float *out, int64_t D) {
+    int64_t half = D / 2;
+#pragma omp simd
+    for (int64_t j = 0; j < half; j++) out[j] = t[j] * cos[j] + (-t[j + half]) * sin[j];
+#pragma omp simd
+    for (int64_t j = half; j < D; j++) out[j] = t[j] * cos[j] + t[j - half] * sin[j];
+}
+
 /* One head vector: rms-normed (weight w), then rotated (RoPE, half-split as transformers' rotate_half):
  *   out = n * cos + cat(-n[half:], n[:half]) * sin,   n = head * rsqrt(mean(head^2) + eps) * w. */
 static inline void norm_rope_head(const float *head, const float *w, const float *cos, const float *sin,
                                   float *out, int64_t D, float eps, float *tmp) {
     float inv = row_inv_rms(head, D, eps);
-    int64_t half = D / 2;
 #pragma omp simd
     for (int64_t j = 0; j < D; j++) tmp[j] = (head[j] * inv) * w[j];
-#pragma omp simd
-    for (int64_t j = 0; j < half; j++) out[j] = tmp[j] * cos[j] + (-tmp[j + half]) * sin[j];
-#pragma omp simd
-    for (int64_t j = half; j < D; j++) out[j] = tmp[j] * cos[j] + tmp[j - half] * sin[j];
+    rope_head(tmp, cos, sin, out, D);
 }
 
 /* Split a (B, S, Hq + 2 Hkv, D) q/k/v projection (rows at stride qkv_stride) into the attention layout:
@@ -78,6 +101,26 @@ void qk_norm_rope_f32(const float *qkv, int64_t qkv_stride, const float *q_w, co
             norm_rope_head(row + h * D, q_w, c, sn, q + ((b * Hq + h) * S + s) * D, D, eps, tmp);
         for (int64_t h = 0; h < Hkv; h++) {
             norm_rope_head(row + (Hq + h) * D, k_w, c, sn, k + ((b * Hkv + h) * S + s) * D, D, eps, tmp);
+            const float *vh = row + (Hq + Hkv + h) * D;
+            float *vo = v + ((b * Hkv + h) * S + s) * D;
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) vo[j] = vh[j];
+        }
+    }
+}
+
+/* qk_norm_rope_f32 without the q/k norms (Llama, Qwen2, Mistral, Phi-3): q and k rotated, v copied, each written
+ * in the attention layout (B, H, S, D). No head-size limit (no scratch). */
+void qk_rope_f32(const float *qkv, int64_t qkv_stride, const float *cos, const float *sin, float *q, float *k,
+                 float *v, int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < B * S; r++) {
+        int64_t b = r / S, s = r % S;
+        const float *row = qkv + r * qkv_stride;
+        const float *c = cos + r * D, *sn = sin + r * D;
+        for (int64_t h = 0; h < Hq; h++) rope_head(row + h * D, c, sn, q + ((b * Hq + h) * S + s) * D, D);
+        for (int64_t h = 0; h < Hkv; h++) {
+            rope_head(row + (Hq + h) * D, c, sn, k + ((b * Hkv + h) * S + s) * D, D);
             const float *vh = row + (Hq + Hkv + h) * D;
             float *vo = v + ((b * Hkv + h) * S + s) * D;
 #pragma omp simd

@@ -7,7 +7,9 @@ these kernels does its job in one pass over a row that stays in L1:
 * :func:`rms_norm` - ``x * rsqrt(mean(x^2) + eps) * w`` over the last dimension;
 * :func:`residual_rms_norm` - ``x + rms_norm(y) * w_y`` and the next block's ``rms_norm(.) * w_next``;
 * :func:`qk_norm_rope` - q/k/v projection -> rms-normed, rotated q and k and v, written in the (B, H, S, D)
-  layout that attention reads.
+  layout that attention reads;
+* Llama's conventions: :func:`add_rms_norm` - ``x + y`` and ``rms_norm(x + y) * w_next`` (no norm of the
+  block's output); :func:`qk_rope` - :func:`qk_norm_rope` without the q/k norms.
 
 Each has a ``*_ref`` (the PyTorch ops the native step function used before, the parity ground truth), a C host
 wrapper (``*_c``) and a dispatcher (:mod:`.dispatch`) that runs whichever of the two measured faster on this
@@ -16,8 +18,9 @@ in fp32; bf16/fp16 inputs are upcast (copies) and the results rounded once to th
 round after each op (RMSNorm, residual add, each RoPE product): within a few units in the last place of bf16.
 
 The C source is built at first use by :mod:`._cbuild` (system compiler, cached per machine); without it the
-references run (:func:`cpu_kernels_status` says why). Tolerance against the references: 1e-5 in fp32 (the sum
-of squares is added in another order).
+references run (:func:`cpu_kernels_status` says why). Exactness (fp32): judged like for like by the dispatcher
+against the references run in float64 (``dispatch.EXACT_MULTIPLE``; the sum of squares is added in another
+order), 1e-2 relative for bf16/fp16.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import torch.nn.functional as F
 
 from . import _cbuild
 from ._cbuild import c_int, f32, f32p, i64, ptr
-from .dispatch import Candidate, Kernel, max_abs, pow2_bucket, scaled_tolerance
+from .dispatch import Candidate, Kernel, max_abs, pow2_bucket, scaled_tolerance, wide
 
 SOURCE = Path(__file__).with_name("cpu_norm.c")
 MAX_HEAD_DIM = 1024  # the C kernel's per-thread scratch for one head
@@ -39,19 +42,27 @@ _SIGNATURES = (
     ("residual_rms_norm_f32", (f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, f32, c_int), None),
     ("qk_norm_rope_f32", (f32p, i64, f32p, f32p, f32p, f32p, f32p, f32p, f32p, i64, i64, i64, i64, i64, f32,
                           c_int), None),
+    ("add_rms_norm_f32", (f32p, f32p, f32p, f32p, f32p, i64, i64, f32, c_int), None),
+    ("qk_rope_f32", (f32p, i64, f32p, f32p, f32p, f32p, f32p, i64, i64, i64, i64, i64, c_int), None),
 )
 
 
 # ------------------------------------------------------------------------------------------------ references
 def rms_norm_ref(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """(..., d) -> (..., d): ``x * rsqrt(mean(x^2) + eps) * w`` computed in fp32 (as Gemma's norm; its w holds
-    1 + weight), returned in x's dtype."""
-    return F.rms_norm(x.float(), (x.shape[-1],), w, eps).to(x.dtype)
+    """(..., d) -> (..., d): ``x * rsqrt(mean(x^2) + eps) * w`` computed in fp32 (float64 for float64 inputs; as
+    Gemma's norm, whose w holds 1 + weight, and Llama's in fp32), returned in x's dtype."""
+    return F.rms_norm(wide(x), (x.shape[-1],), w.to(wide(x).dtype), eps).to(x.dtype)
 
 
 def residual_rms_norm_ref(x, y, w_y, w_next, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(x + rms_norm(y) * w_y, rms_norm(that) * w_next)``, both (..., d) in x's dtype."""
     x_out = x + rms_norm_ref(y, w_y, eps)
+    return x_out, rms_norm_ref(x_out, w_next, eps)
+
+
+def add_rms_norm_ref(x, y, w_next, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Llama's residual step: ``(x + y, rms_norm(x + y) * w_next)``, both (..., d) in x's dtype."""
+    x_out = x + y
     return x_out, rms_norm_ref(x_out, w_next, eps)
 
 
@@ -70,6 +81,18 @@ def qk_norm_rope_ref(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps:
     c, s = cos.unsqueeze(2), sin.unsqueeze(2)
     q = rotate_ref(rms_norm_ref(parts[:, :, :heads], q_w, eps), c, s)
     k = rotate_ref(rms_norm_ref(parts[:, :, heads:heads + kv_heads], k_w, eps), c, s)
+    v = parts[:, :, heads + kv_heads:]
+    return tuple(t.transpose(1, 2).contiguous() for t in (q, k, v))
+
+
+def qk_rope_ref(qkv, cos, sin, *, heads: int, kv_heads: int):
+    """:func:`qk_norm_rope_ref` without the q/k norms (Llama, Qwen2, Mistral, Phi-3)."""
+    B, S, _ = qkv.shape
+    D = cos.shape[-1]
+    parts = qkv.view(B, S, heads + 2 * kv_heads, D)
+    c, s = cos.unsqueeze(2), sin.unsqueeze(2)
+    q = rotate_ref(parts[:, :, :heads], c, s)
+    k = rotate_ref(parts[:, :, heads:heads + kv_heads], c, s)
     v = parts[:, :, heads + kv_heads:]
     return tuple(t.transpose(1, 2).contiguous() for t in (q, k, v))
 
@@ -148,6 +171,29 @@ def qk_norm_rope_c(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: f
     return q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)
 
 
+def add_rms_norm_c(x, y, w_next, eps: float, *, target: str = _cbuild.TARGET):
+    """:func:`add_rms_norm_ref` by the C kernel."""
+    dtype, d = x.dtype, x.shape[-1]
+    x, y, w_next = (t.float().contiguous() for t in (x, y, w_next))
+    x_out, h_out = torch.empty_like(x), torch.empty_like(x)
+    _library(target)[0].add_rms_norm_f32(ptr(x), ptr(y), ptr(w_next), ptr(x_out), ptr(h_out), x.numel() // d, d,
+                                         eps, _cbuild.threads_for(x.numel(), PARALLEL_MIN))
+    return x_out.to(dtype), h_out.to(dtype)
+
+
+def qk_rope_c(qkv, cos, sin, *, heads: int, kv_heads: int, target: str = _cbuild.TARGET):
+    """:func:`qk_rope_ref` by the C kernel."""
+    B, S, _ = qkv.shape
+    D = cos.shape[-1]
+    x2, stride = _rows(qkv.float())
+    cos, sin = (t.float().contiguous() for t in (cos, sin))
+    q = torch.empty(B, heads, S, D)
+    k, v = torch.empty(B, kv_heads, S, D), torch.empty(B, kv_heads, S, D)
+    _library(target)[0].qk_rope_f32(ptr(x2), stride, ptr(cos), ptr(sin), ptr(q), ptr(k), ptr(v), B, S, heads,
+                                    kv_heads, D, _cbuild.threads_for(x2.numel(), PARALLEL_MIN))
+    return q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)
+
+
 def _qk_refusal(qkv, q_w, k_w, cos, sin, **kw):
     D = cos.shape[-1]
     if D > MAX_HEAD_DIM or D % 2:
@@ -165,6 +211,15 @@ def _qk_bucket(qkv, q_w, k_w, cos, sin, *, heads, kv_heads, eps) -> str:
             f"{str(qkv.dtype)[6:]}")
 
 
+def _rope_refusal(qkv, cos, sin, **kw):
+    return "odd head_dim" if cos.shape[-1] % 2 else _refusal(qkv, cos, sin)
+
+
+def _rope_bucket(qkv, cos, sin, *, heads, kv_heads) -> str:
+    return (f"rows {pow2_bucket(qkv.shape[0] * qkv.shape[1])}, heads {heads}+{kv_heads}, D {cos.shape[-1]}, "
+            f"{str(qkv.dtype)[6:]}")
+
+
 def _bytes(*tensors, **kw) -> int:
     return 2 * sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))  # read + write
 
@@ -172,15 +227,27 @@ def _bytes(*tensors, **kw) -> int:
 _TOL = scaled_tolerance(1e-5)
 RMS_NORM = Kernel("rms_norm", [Candidate("C", rms_norm_c, lambda x, w, eps: _refusal(x, w), native=True),
                                Candidate("torch", rms_norm_ref)],
-                  reference="torch", bucket=_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s")
+                  reference="torch", bucket=_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s",
+                  exact=rms_norm_ref)
 RESIDUAL_RMS_NORM = Kernel(
     "residual_rms_norm",
     [Candidate("C", residual_rms_norm_c, lambda x, y, w_y, w_next, eps: _refusal(x, y, w_y, w_next), native=True),
      Candidate("torch", residual_rms_norm_ref)],
-    reference="torch", bucket=_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s")
+    reference="torch", bucket=_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s",
+    exact=residual_rms_norm_ref)
+ADD_RMS_NORM = Kernel(
+    "add_rms_norm",
+    [Candidate("C", add_rms_norm_c, lambda x, y, w_next, eps: _refusal(x, y, w_next), native=True),
+     Candidate("torch", add_rms_norm_ref)],
+    reference="torch", bucket=_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s",
+    exact=add_rms_norm_ref)
 QK_NORM_ROPE = Kernel("qk_norm_rope", [Candidate("C", qk_norm_rope_c, _qk_refusal, native=True),
                                        Candidate("torch", qk_norm_rope_ref)],
-                      reference="torch", bucket=_qk_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s")
+                      reference="torch", bucket=_qk_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s",
+                      exact=qk_norm_rope_ref)
+QK_ROPE = Kernel("qk_rope", [Candidate("C", qk_rope_c, _rope_refusal, native=True), Candidate("torch", qk_rope_ref)],
+                 reference="torch", bucket=_rope_bucket, error=max_abs, tolerance=_TOL, work=_bytes, unit="GB/s",
+                 exact=qk_rope_ref)
 
 
 # ------------------------------------------------------------------------------------------------ dispatchers
@@ -212,3 +279,22 @@ def qk_norm_rope(qkv, q_w, k_w, cos, sin, *, heads: int, kv_heads: int, eps: flo
     _check_weight(q_w, D, "the q norm weight")
     _check_weight(k_w, D, "the k norm weight")
     return QK_NORM_ROPE(qkv, q_w, k_w, cos, sin, heads=heads, kv_heads=kv_heads, eps=eps)
+
+
+def add_rms_norm(x, y, w_next, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`add_rms_norm_ref`, by the C kernel or the reference (:data:`ADD_RMS_NORM`)."""
+    if x.shape != y.shape:
+        raise ValueError(f"residual {tuple(x.shape)} and update {tuple(y.shape)} differ in shape")
+    _check_weight(w_next, x.shape[-1], "the next norm weight")
+    return ADD_RMS_NORM(x, y, w_next, eps)
+
+
+def qk_rope(qkv, cos, sin, *, heads: int, kv_heads: int):
+    """:func:`qk_rope_ref`, by the C kernel or the reference (:data:`QK_ROPE`)."""
+    if qkv.dim() != 3 or cos.dim() != 3 or cos.shape != sin.shape or cos.shape[:2] != qkv.shape[:2]:
+        raise ValueError(f"qkv must be (B, S, (H + 2 Hkv) D) and cos, sin (B, S, D); got {tuple(qkv.shape)}, "
+                         f"{tuple(cos.shape)}, {tuple(sin.shape)}")
+    D = cos.shape[-1]
+    if qkv.shape[-1] != (heads + 2 * kv_heads) * D:
+        raise ValueError(f"qkv width {qkv.shape[-1]} is not (heads {heads} + 2 x kv_heads {kv_heads}) x head_dim {D}")
+    return QK_ROPE(qkv, cos, sin, heads=heads, kv_heads=kv_heads)

@@ -39,7 +39,7 @@ from ._triton_util import (
     triton,
 )
 from .cpu_attention import c_attention_refusal, shared_prefix_attention_c
-from .dispatch import Candidate, Kernel, max_abs, pow2_bucket, record, scaled_tolerance
+from .dispatch import Candidate, Kernel, max_abs, pow2_bucket, record, scaled_tolerance, wide
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_TRITON_HEAD_DIM = 256
@@ -277,7 +277,7 @@ def shared_prefix_attention_aten(q, k_prefix, v_prefix, k_suffix, v_suffix, *, s
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, causal_offset: int = 0,
                   sliding_window: int | None = None, softcap: float | None = None,
                   sinks: torch.Tensor | None = None) -> torch.Tensor:
-    """Plain attention in fp32 over explicit keys: the ground truth.
+    """Plain attention in fp32 (float64 for float64 inputs) over explicit keys: the ground truth.
 
     ``q``: (B, Hq, S, D), query i at absolute position ``causal_offset + i``; ``k``, ``v``: (B, Hkv, T, D),
     key j at absolute position j. Key visible iff ``j <= pos`` and, with a window,
@@ -287,14 +287,14 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: f
     """
     B, Hq, S, D = q.shape
     G = Hq // k.shape[1]
-    kf = k.float().repeat_interleave(G, dim=1)
-    vf = v.float().repeat_interleave(G, dim=1)
-    scores = _softcap(torch.matmul(q.float(), kf.transpose(-1, -2)) * scale, softcap)
+    kf = wide(k).repeat_interleave(G, dim=1)
+    vf = wide(v).repeat_interleave(G, dim=1)
+    scores = _softcap(torch.matmul(wide(q), kf.transpose(-1, -2)) * scale, softcap)
     qpos = torch.arange(causal_offset, causal_offset + S, device=q.device)
     vis = _visible(qpos, torch.arange(k.shape[2], device=q.device), sliding_window)
     scores = scores.masked_fill(~vis, float("-inf"))
     if sinks is not None:
-        sink_col = sinks.float()[None, :, None, None].expand(B, Hq, S, 1)
+        sink_col = sinks.to(scores.dtype)[None, :, None, None].expand(B, Hq, S, 1)
         probs = torch.softmax(torch.cat([scores, sink_col], dim=-1), dim=-1)[..., :-1]
     else:
         probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
@@ -557,13 +557,23 @@ def _attention_sample(q, k_prefix, v_prefix, k_suffix, v_suffix, **kw):
     return (q[:n], k_prefix, v_prefix, k_suffix[:n], v_suffix[:n]), kw
 
 
+def _attention_exact(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, sliding_window=None, softcap=None,
+                     sinks=None):
+    """The float64 ground truth of a (sampled) attention call: plain attention over [prefix ; suffix]."""
+    B, L = q.shape[0], k_prefix.shape[1]
+    keys = torch.cat([k_prefix.unsqueeze(0).expand(B, -1, -1, -1), k_suffix], dim=2)
+    vals = torch.cat([v_prefix.unsqueeze(0).expand(B, -1, -1, -1), v_suffix], dim=2)
+    return attention_ref(q, keys, vals, scale=scale, causal_offset=L, sliding_window=sliding_window,
+                         softcap=softcap, sinks=sinks)
+
+
 ATTENTION = Kernel(
     "attention",
     [Candidate("C", _drop_softcap(shared_prefix_attention_c), _c_refusal, native=True),
      Candidate("aten", _drop_softcap(shared_prefix_attention_aten), _no_softcap("ATen's flash path")),
      Candidate("torch", shared_prefix_attention_ref)],
     reference="torch", bucket=_attention_bucket, error=max_abs, tolerance=scaled_tolerance(1e-5),
-    work=_attention_flops, sample=_attention_sample)
+    work=_attention_flops, sample=_attention_sample, exact=_attention_exact)
 
 
 def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,

@@ -73,6 +73,52 @@ def test_residual_rms_norm_matches_reference(target):
     assert not torch.equal(got[0], x)  # a new residual stream, the input untouched
 
 
+def test_add_rms_norm_matches_reference(target):
+    """Llama's residual step: the add, then the next block's norm (w * x with the model's own weight)."""
+    _needs_c()
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(2, 9, 896, generator=g), 5 * torch.randn(2, 9, 896, generator=g)
+    w_next = 0.2 * torch.randn(896, generator=g)
+    got = cn.add_rms_norm_c(x, y, w_next, 1e-6, target=target)
+    want = cn.add_rms_norm_ref(x, y, w_next, 1e-6)
+    assert torch.equal(got[0], x + y)  # the add is exact
+    _close(got[1], want[1])
+
+
+def test_add_rms_norm_reference_is_llamas_math():
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    g = torch.Generator().manual_seed(6)
+    norm = LlamaRMSNorm(64, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.normal_(generator=g)
+    x, y = torch.randn(3, 64, generator=g), torch.randn(3, 64, generator=g)
+    _, h = cn.add_rms_norm_ref(x, y, norm.weight.detach(), 1e-6)
+    _close(h, norm(x + y).detach())
+
+
+@pytest.mark.parametrize("heads,kv_heads,D", [(14, 2, 64), (4, 1, 256), (0, 1, 16), (3, 3, 96)])
+def test_qk_rope_matches_reference_and_llamas_math(heads, kv_heads, D, target):
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    _needs_c()
+    g = torch.Generator().manual_seed(heads * 10 + D)
+    B, S = 2, 5
+    qkv = torch.randn(B, S, (heads + 2 * kv_heads) * D, generator=g) * 3
+    ang = torch.randn(B, S, D // 2, generator=g)
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    got = cn.qk_rope_c(qkv, cos, sin, heads=heads, kv_heads=kv_heads, target=target)
+    want = cn.qk_rope_ref(qkv, cos, sin, heads=heads, kv_heads=kv_heads)
+    for a, b, h in zip(got, want, (heads, kv_heads, kv_heads)):
+        assert a.shape == (B, h, S, D) and a.is_contiguous()
+        _close(a, b)
+    assert torch.equal(got[2], want[2])
+    parts = qkv.view(B, S, heads + 2 * kv_heads, D).transpose(1, 2)
+    q_hf, k_hf = apply_rotary_pos_emb(parts[:, :heads], parts[:, heads:heads + kv_heads], cos, sin)
+    _close(want[0], q_hf)
+    _close(want[1], k_hf)
+
+
 @pytest.mark.parametrize("heads,kv_heads,D", [(4, 1, 256), (8, 2, 64), (0, 1, 16), (2, 2, 1024)])
 def test_qk_norm_rope_matches_reference(heads, kv_heads, D, target):
     _needs_c()
@@ -153,7 +199,9 @@ def test_dispatchers_run_a_candidate_and_record_it(setting, monkeypatch, tmp_pat
              "residual_rms_norm": (cn.residual_rms_norm, cn.residual_rms_norm_c, cn.residual_rms_norm_ref,
                                    (x, y, w, w2, 1e-6), {}),
              "qk_norm_rope": (cn.qk_norm_rope, cn.qk_norm_rope_c, cn.qk_norm_rope_ref, (qkv, w[:16], w2[:16], cos, sin),
-                              dict(heads=2, kv_heads=1, eps=1e-6))}
+                              dict(heads=2, kv_heads=1, eps=1e-6)),
+             "add_rms_norm": (cn.add_rms_norm, cn.add_rms_norm_c, cn.add_rms_norm_ref, (x, y, w2, 1e-6), {}),
+             "qk_rope": (cn.qk_rope, cn.qk_rope_c, cn.qk_rope_ref, (qkv, cos, sin), dict(heads=2, kv_heads=1))}
     for name, (fn, c, ref, args, kw) in calls.items():
         with dispatch.recording() as rec:
             got = fn(*args, **kw)

@@ -56,8 +56,19 @@ def build(family: str, vocab: int, *, width: int = 64):
     if family == "llama":
         cfg = _cfg("LlamaConfig", vocab_size=vocab, num_hidden_layers=2, tie_word_embeddings=False, **SMALL)
         cls = tf.LlamaForCausalLM
+    elif family == "llama3":  # Llama-3's RoPE scaling (per-frequency), GQA 4:1, untied head
+        cfg = _cfg("LlamaConfig", vocab_size=vocab, num_hidden_layers=2, tie_word_embeddings=False,
+                   **{**SMALL, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16},
+                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                   rope_theta=500000.0)
+        cls = tf.LlamaForCausalLM
     elif family == "qwen2":
         cfg = _cfg("Qwen2Config", vocab_size=vocab, num_hidden_layers=2, tie_word_embeddings=True, **SMALL)
+        cls = tf.Qwen2ForCausalLM
+    elif family == "qwen2_5":  # Qwen2.5-0.5B's ratios: GQA 14/2, head_dim 64, q/k/v biases, untied head
+        cfg = _cfg("Qwen2Config", vocab_size=vocab, num_hidden_layers=2, tie_word_embeddings=False,
+                   **{**SMALL, "num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 64})
         cls = tf.Qwen2ForCausalLM
     elif family == "qwen3":
         cfg = _cfg("Qwen3Config", vocab_size=vocab, num_hidden_layers=2, head_dim=32, tie_word_embeddings=True,
@@ -114,6 +125,11 @@ def build(family: str, vocab: int, *, width: int = 64):
         raise ValueError(family)
     cfg._attn_implementation = attn
     model = cls(cfg).eval()
+    if family in ("qwen2", "qwen2_5"):  # biases initialised to zero would test nothing
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("proj.bias"):
+                    p.normal_(0.0, 0.5)
     if family == "gpt_oss":  # random sinks (initialised to zero-mean normals; make them matter)
         with torch.no_grad():
             for m in model.modules():
@@ -122,13 +138,15 @@ def build(family: str, vocab: int, *, width: int = 64):
     return model, attn
 
 
-FAMILIES = ["llama", "qwen2", "qwen3", "qwen3_5", "qwen3_next", "mistral", "phi3", "gpt2", "olmo2", "gemma2",
-            "gemma3_text", "gemma3", "gpt_oss"]
+FAMILIES = ["llama", "llama3", "qwen2", "qwen2_5", "qwen3", "qwen3_5", "qwen3_next", "mistral", "phi3", "gpt2",
+            "olmo2", "gemma2", "gemma3_text", "gemma3", "gpt_oss"]
 # what the capability table must decide for each family: the allowed modes (the rest must be refused)
 ALLOWED = {f: {"shared", "copy", "plain"} for f in FAMILIES}
-ALLOWED["gemma3_text"] = ALLOWED["gemma3"] = {"native", "shared", "copy", "plain"}
+NATIVE = ["llama", "llama3", "qwen2", "qwen2_5", "qwen3", "mistral", "phi3", "gemma3_text", "gemma3"]
+for f in NATIVE:
+    ALLOWED[f] = {"native", "shared", "copy", "plain"}
 ALLOWED["qwen3_5"] = ALLOWED["qwen3_next"] = {"shared", "plain"}
-AUTO = {f: "shared" for f in FAMILIES} | {"gemma3_text": "native", "gemma3": "native"}
+AUTO = {f: "shared" for f in FAMILIES} | {f: "native" for f in NATIVE}
 
 
 def rubric(n: int = 5) -> _Rubric:
@@ -292,3 +310,72 @@ def test_verify_catches_an_unknown_attention_bias(tmp_path, tok):
     assert main([*args, "--verify", "3"]) == 2
     assert not out.exists()
     assert main([*args, "--verify", "3", "--prefix-mode", "plain"]) == 0  # the exact mode passes the audit
+
+
+NATIVE_LLAMA = ["llama", "qwen2", "qwen3", "mistral", "phi3"]
+
+
+def _yarn(model):
+    model.config.rope_parameters = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                    "rope_theta": 10000.0}
+
+
+def _longrope(model):
+    model.config.rope_parameters = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8,
+                                    "long_factor": [2.0] * 8, "original_max_position_embeddings": 64}
+
+
+def _gelu(model):
+    model.config.hidden_act = "gelu"
+
+
+def _o_bias(model):
+    o = model.get_decoder().layers[1].self_attn.o_proj
+    o.bias = torch.nn.Parameter(torch.zeros(o.out_features))
+
+
+def _partial(model):
+    model.config.rope_parameters = {**model.config.rope_parameters, "partial_rotary_factor": 0.5}
+
+
+@pytest.mark.parametrize("family", NATIVE_LLAMA)
+@pytest.mark.parametrize("change,reason", [(_yarn, "RoPE scaling 'yarn'"), (_longrope, "RoPE scaling 'longrope'"),
+                                           (_gelu, "activation 'gelu'"), (_o_bias, "output projection"),
+                                           (_partial, "partial rotary")])
+def test_native_refuses_what_it_does_not_compute(tok, family, change, reason):
+    """A config feature the native step does not compute: refused with the reason, auto takes shared."""
+    model, _ = build(family, len(tok))
+    assert mode_refusal(model, "native") is None
+    change(model)
+    assert reason in mode_refusal(model, "native")
+    choice = choose_mode(model, "auto")
+    assert choice.mode == "shared" and reason in choice.refused["native"]
+
+
+@torch.inference_mode()
+def test_native_hook_points_match_the_modules(tok):
+    """The probe's hook points inside the native step read what transformers' modules compute (plain backend),
+    and a patch at one of them changes the output the same way."""
+    from logitjudge.judge.backends import BACKENDS
+    from logitjudge.judge.prefix import PrefixKV
+
+    model, _ = build("qwen2_5", len(tok))
+    ids = torch.randint(4, len(tok), (1, 24), generator=torch.Generator().manual_seed(0))
+    names = [f"blocks.{i}.{p}" for i in range(2)
+             for p in ("hook_resid_post", "hook_attn_out", "hook_mlp_out", "attn.hook_z", "attn.hook_pattern")]
+    seen, out = {}, {}
+
+    def keep(got: dict, name: str):
+        return lambda t: got.__setitem__(name, t.detach().clone())
+
+    for mode in ("native", "plain"):
+        b = BACKENDS[mode](model)
+        fns = {n: keep(seen.setdefault(mode, {}), n) for n in names}
+        with b.hooks(fns):
+            b.forward(ids, [(PrefixKV.empty(2), 1)])
+        with b.hooks({"blocks.0.attn.hook_z": lambda t: t * 0.5}):
+            out[mode] = b.forward(ids, [(PrefixKV.empty(2), 1)], read=(torch.tensor([0]), torch.tensor([23])))[0]
+    for n in names:
+        assert seen["native"][n].shape == seen["plain"][n].shape, n
+        assert (seen["native"][n].float() - seen["plain"][n].float()).abs().max() < 1e-4, n
+    assert (out["native"] - out["plain"]).abs().max() < 1e-4

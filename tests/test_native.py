@@ -86,7 +86,7 @@ def test_fused_weights_are_views_and_model_still_runs():
 def bf16_route(request, monkeypatch):
     """Each bf16 GEMM route of the native path, whatever this CPU measured faster (logitjudge.autodtype)."""
     import logitjudge.autodtype as ad
-    from logitjudge.judge.backends.native_gemma3 import _bf16_gemms_available, _packing_available
+    from logitjudge.judge.backends.native_common import _bf16_gemms_available, _packing_available
 
     if not _packing_available() or (request.param == "bf16" and not _bf16_gemms_available()):
         pytest.skip(f"route {request.param} needs oneDNN{' with bf16 GEMMs' if request.param == 'bf16' else ''}")
@@ -122,7 +122,7 @@ def test_bf16_upcast_route_is_the_fp32_path_on_bf16_rounded_weights(monkeypatch)
     """The bf16_upcast route computes exactly what the fp32 path computes on the bf16-rounded weights (same
     packed fp32 GEMMs, fp32 activations), including the pruned last layer and the captured keys/values."""
     import logitjudge.autodtype as ad
-    from logitjudge.judge.backends.native_gemma3 import _packing_available
+    from logitjudge.judge.backends.native_common import _packing_available
 
     if not _packing_available():
         pytest.skip("no oneDNN packing")
@@ -163,16 +163,25 @@ def test_attend_selected_matches_plain_attention():
 
 
 def test_unsupported_models_fall_back_or_are_refused():
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """A Llama-style model takes the native step; one whose config asks what no native step computes (here a
+    yarn RoPE scaling, and a model type with no native step) is refused with the reason and auto takes shared."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     lm = fresh_tiny_lm()
-    cfg = LlamaConfig(vocab_size=lm.model.config.vocab_size, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    llama = LoadedModel(LlamaForCausalLM(cfg).eval(), lm.tokenizer, "tiny-llama")
-    assert "llama" in native_support(llama.model)
-    assert Engine(llama).prefix_mode == "shared"  # auto
-    with pytest.raises(EngineError, match="native.*llama.*shared"):
-        Engine(llama, prefix_mode="native")
+    kw = dict(vocab_size=lm.model.config.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2)
+    llama = LoadedModel(LlamaForCausalLM(LlamaConfig(**kw)).eval(), lm.tokenizer, "tiny-llama")
+    assert native_support(llama.model) is None and Engine(llama).prefix_mode == "native"
+    yarn = LlamaConfig(**kw, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                           "original_max_position_embeddings": 512})
+    yarn_lm = LoadedModel(LlamaForCausalLM(yarn).eval(), lm.tokenizer, "tiny-llama-yarn")
+    assert "'yarn'" in native_support(yarn_lm.model)
+    eng = Engine(yarn_lm)  # auto
+    assert eng.prefix_mode == "shared" and "yarn" in eng.mode_meta["prefix_mode_refused"]["native"]
+    with pytest.raises(EngineError, match="native.*yarn.*shared"):
+        Engine(yarn_lm, prefix_mode="native")
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=kw["vocab_size"], n_embd=32, n_layer=1, n_head=2)).eval()
+    assert "'gpt2' is not one of" in native_support(gpt2)
     assert native_support(lm.model) is None
     assert Engine(lm).prefix_mode == "native"
 

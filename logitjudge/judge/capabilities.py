@@ -3,7 +3,8 @@
 A model's attention features are read from its config and modules (:func:`~.features.model_features`). Each
 backend declares the features it computes exactly (``Backend.supports``) and any family-specific condition
 (``Backend.refuses``); a backend that cannot take the model is refused with the reason. ``auto`` takes the first
-backend of :data:`~.backends.BACKENDS` (fastest first) that takes the model: ``native`` (fused Gemma-3 step),
+backend of :data:`~.backends.BACKENDS` (fastest first) that takes the model: ``native`` (fused step: Gemma-3,
+Llama, Qwen2/2.5, Qwen3, Mistral, Phi-3),
 ``shared`` (prefix K/V or recurrent state held once), ``copy`` (per-row cache copies), ``plain`` (every sequence
 from its first token: the model's own forward, no cache; always exact).
 

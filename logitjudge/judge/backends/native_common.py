@@ -1,0 +1,460 @@
+"""What the native step functions share: (model, tokens, prefix cache) -> hidden states, for pre-norm decoders.
+
+One loop (:class:`NativeStep`) computes every family the ``native`` backend takes; a family's file
+(:mod:`.native_gemma3`, :mod:`.native_llama`) says only what differs: which norms a block has and their weight
+convention, the activation of the gated MLP, q/k norms, biases, sliding windows and how its rotary tables are
+made. The same math as transformers' modules (the parity tests hold each family to the plain path), in fewer
+and larger kernels, because on a CPU the time goes to GEMMs and to the passes over memory between them:
+
+* q/k/v and gate/up run as one GEMM each; the model's own ``nn.Linear`` weights become views into the fused
+  matrices (Phi-3 ships them fused), so no memory is added and the model still runs unchanged through
+  transformers;
+* on CPU in fp32 and bf16 the projection weights are also kept pre-packed for oneDNN (no per-call re-layout),
+  and the gate GEMM applies the activation (GELU-tanh or SiLU) and the up GEMM the product in oneDNN's
+  epilogues; bf16 weights are packed for the CPU's bf16 GEMMs, or as fp32 copies run on the fp32 FMA units where
+  those are faster (measured once per CPU, :func:`gemm_route`);
+* on CPU the passes between GEMMs are fused C row kernels (``logitjudge_kernels.cpu_norm``: q/k norm + RoPE, or
+  RoPE alone, written in the attention layout; the residual add + the next norm in one pass) and attention is
+  a C kernel (``logitjudge_kernels.cpu_attention``), each chosen by measurement against its PyTorch
+  reference; rotary tables are computed once per call;
+* one call may hold rows that continue different prefixes (groups of rows, each with its own
+  :class:`~logitjudge.judge.prefix.PrefixKV`): the GEMMs run over all rows, attention per group;
+* in the last layer only the positions that are read (``select``) go through the query projection, attention,
+  output projection, MLP and final norm: the other positions only need their keys and values, for later tokens;
+* the probe's hook points (:mod:`logitjudge.judge.hooks`) are called inside the loop when set (then nothing is
+  pruned, so every point has every position).
+
+:class:`NativeBackend` is the ``native`` prefix mode: it takes a model if one family's step takes it and
+refuses it with that family's reason otherwise (``auto`` then takes the next backend).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from logitjudge_kernels import shared_prefix_attention
+from logitjudge_kernels.cpu_norm import (
+    add_rms_norm,
+    qk_norm_rope,
+    qk_rope,
+    residual_rms_norm,
+    rms_norm,
+    rotate_ref,
+)
+
+from ...errors import ModeError
+from ..hooks import attention_probs, parse_hook
+from ..prefix import PrefixKV
+from .base import Backend
+
+# attention implementations that compute standard softmax attention (what the native step computes); a model
+# set to another (a registered function of its own) may add what no config declares, and is refused
+STANDARD_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+PACK_MAX_BYTES = 2 << 30  # oneDNN-packed copies of the projection weights are made up to this size (CPU)
+ACTIVATIONS = {"gelu_tanh": ("gelu", "tanh"), "silu": ("swish", "")}  # the gate's oneDNN post-op and algorithm
+
+
+# ------------------------------------------------------------------------------------------------ GEMMs
+def fuse(linears) -> torch.Tensor:
+    """One (sum of out, in) weight; each module's weight becomes a view into it (no memory added)."""
+    weight = torch.cat([m.weight.detach() for m in linears])
+    start = 0
+    for m in linears:
+        n = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(weight[start:start + n], requires_grad=False)
+        start += n
+    return weight
+
+
+class Weight:
+    """A projection weight (out, in), an optional bias (out,) and, optionally, a oneDNN-packed copy of the
+    weight. Packing once saves the per-call re-layout: 15-25% faster fp32 GEMMs on the shapes of Gemma-3-270M
+    (``benchmarks/peers.py`` prints both rates: ``layer_flops_per_s_by_path`` in its JSON). ``upcast``: a
+    bf16/fp16 weight whose packed copy is fp32 (exactly its values); the GEMM then runs on fp32 FMAs with the
+    input upcast and the output rounded back to the input's dtype: on CPUs whose bf16 dot products are slower
+    than fp32 FMAs (:func:`logitjudge.autodtype.bf16_route`)."""
+
+    __slots__ = ("weight", "bias", "packed", "upcast")
+
+    def __init__(self, weight: torch.Tensor, pack: bool, upcast: bool = False, bias: torch.Tensor | None = None):
+        self.weight, self.bias = weight, bias
+        self.upcast = bool(pack and upcast and weight.dtype != torch.float32)
+        src = weight.float() if self.upcast else weight
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(src, 256) if pack else None
+        if pack and bias is not None:
+            self.bias = bias.float() if self.upcast else bias
+
+    def rows(self, start: int, stop: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Output rows [start, stop) of the weight and bias, in ``dtype`` (the pruned last layer's GEMMs)."""
+        b = None if self.bias is None else self.bias[start:stop].to(dtype)
+        return self.weight[start:stop].to(dtype), b
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is None:
+            return F.linear(x, self.weight, self.bias)
+        x2 = x.reshape(-1, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(x2.float() if self.upcast else x2, self.packed, self.bias, "none",
+                                                 [], "")
+        return (out.to(x.dtype) if self.upcast else out).view(*x.shape[:-1], self.weight.shape[0])
+
+
+class GatedMLP:
+    """The gated MLP input ``act(x W_gate^T) * (x W_up^T)`` from one fused (2 I, d) weight (gate rows first),
+    ``act`` GELU-tanh (Gemma) or SiLU (Llama, Qwen, Mistral, Phi-3). With packed weights the activation and the
+    product run inside oneDNN's GEMM epilogues (post-ops), while the output tile is in cache, instead of as two
+    more passes over a (rows, 2 I) matrix: 17% faster on 2048 x 640 -> 2 x 2048, and 8x350 in
+    ``benchmarks/engine.py`` went from 14.0 to 13.3 s; the same values (max |diff| 2e-6 at outputs of magnitude
+    20)."""
+
+    __slots__ = ("weight", "gate", "up", "act")
+
+    def __init__(self, weight: torch.Tensor, pack: bool, upcast: bool = False, act: str = "gelu_tanh"):
+        if act not in ACTIVATIONS:
+            raise ModeError(f"activation {act!r} is not one of {sorted(ACTIVATIONS)}")
+        self.weight, self.act = weight, act
+        half = weight.shape[0] // 2
+        self.gate, self.up = Weight(weight[:half], pack, upcast), Weight(weight[half:], pack, upcast)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate.packed is None:
+            gate, up = F.linear(x, self.weight).chunk(2, dim=-1)
+            gate = F.gelu(gate, approximate="tanh") if self.act == "gelu_tanh" else F.silu(gate)
+            return gate.mul_(up)
+        x2 = x.reshape(-1, x.shape[-1])
+        if self.up.upcast:
+            x2 = x2.float()
+        post, algorithm = ACTIVATIONS[self.act]
+        gate = torch.ops.mkldnn._linear_pointwise(x2, self.gate.packed, None, post, [], algorithm)
+        out = torch.ops.mkldnn._linear_pointwise.binary(x2, gate, self.up.packed, None, "mul")
+        if self.up.upcast:
+            out = out.to(x.dtype)
+        return out.view(*x.shape[:-1], self.up.weight.shape[0])
+
+
+def _bf16_gemms_available() -> bool:
+    """oneDNN has native bf16 GEMMs on this CPU (AVX-512 BF16 / AMX); without them oneDNN would emulate."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _packing_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+def gemm_route(dtype: torch.dtype, device: torch.device) -> str:
+    """How the native path runs the projections of a model in ``dtype`` on ``device``: "fp32" (oneDNN-packed),
+    "bf16" (packed for the CPU's bf16 GEMMs), "bf16_upcast" (bf16 weights, fp32 packed copies and FMAs: where
+    the CPU's bf16 dot products measured slower, e.g. AVX-512 BF16 without AMX on Intel, or none at all) or
+    "plain" (``F.linear`` on the weights as they are: GPUs, fp16, no oneDNN)."""
+    if device.type != "cpu" or not _packing_available():
+        return "plain"
+    if dtype == torch.float32:  # packed unless plain MKL GEMMs measured faster on this CPU
+        from ...autodtype import fp32_route
+
+        return fp32_route("cpu")
+    if dtype != torch.bfloat16:
+        return "plain"
+    if not _bf16_gemms_available():
+        return "bf16_upcast"
+    from ...autodtype import bf16_route
+
+    return bf16_route("cpu")
+
+
+# ------------------------------------------------------------------------------------------------ the step
+@dataclass
+class Layer:
+    """One block's weights as the step reads them. Norm weights are fp32 in the ``w * x`` form (Gemma's (1 + w)
+    already added). ``ln_post_attn`` / ``ln_post_ff``: norms of the attention / MLP output before the residual
+    add (Gemma; None: added as is, Llama); ``ln_pre_ff``: the MLP's input norm; ``q_norm`` / ``k_norm``: per-head
+    norms before RoPE (Gemma-3, Qwen3; None: none); ``rope``: the key of the rotary tables it uses."""
+
+    w_qkv: Weight  # ((Hq + 2 Hkv) D, d)
+    w_o: Weight  # (d, Hq D)
+    mlp: GatedMLP  # (2 I, d)
+    w_down: Weight  # (d, I)
+    ln_in: torch.Tensor
+    ln_pre_ff: torch.Tensor
+    ln_post_attn: torch.Tensor | None = None
+    ln_post_ff: torch.Tensor | None = None
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+    rope: str | None = None
+    window: int | None = None
+
+
+class NativeStep:
+    """A family's step function, prepared once per model; called like :func:`logitjudge.forward.forward_shared`.
+
+    Subclasses set ``MODEL_TYPES`` and implement :meth:`family_support` (why a model of those types cannot run),
+    :meth:`linears` (the projections, for the packing decision), :meth:`norm_weight` (a norm module -> its fp32
+    ``w * x`` weight), :meth:`make_layer` and :meth:`ropes` (the rotary tables of one call).
+
+    ``pack``: keep oneDNN-packed copies of the projection weights (faster GEMMs on CPU, more memory); None = on
+    CPU in fp32 or bf16 (:func:`gemm_route`) when those copies take at most ``PACK_MAX_BYTES``. ``route`` says
+    which GEMMs run."""
+
+    MODEL_TYPES: tuple[str, ...] = ()
+
+    @classmethod
+    def support(cls, model) -> str | None:
+        """None if ``model`` can run through this step, else the reason it cannot."""
+        try:
+            dec = model.get_decoder()
+        except Exception:  # noqa: BLE001 - any model without a decoder accessor is simply unsupported
+            return "the model has no get_decoder()"
+        cfg = getattr(dec, "config", None)
+        if cfg is None or getattr(cfg, "model_type", None) not in cls.MODEL_TYPES:
+            return f"model type {getattr(cfg, 'model_type', None)!r} is not one of {cls.MODEL_TYPES}"
+        devices = {p.device for p in dec.parameters()}
+        if len(devices) != 1:
+            return f"parameters on several devices {sorted(map(str, devices))}"
+        # the implementation it was loaded with (the shared backend keeps it when it routes the model's attention)
+        impl = getattr(cfg, "_logitjudge_base_attn", None) or getattr(cfg, "_attn_implementation", None) or "sdpa"
+        if impl not in STANDARD_ATTENTION:
+            return f"attention implementation {impl!r} is not one of {STANDARD_ATTENTION}"
+        return cls.family_support(dec, cfg)
+
+    @classmethod
+    def family_support(cls, dec, cfg) -> str | None:
+        raise NotImplementedError
+
+    @classmethod
+    def linears(cls, layer) -> tuple:
+        raise NotImplementedError
+
+    def norm_weight(self, norm) -> torch.Tensor:
+        raise NotImplementedError
+
+    def make_layer(self, i: int, layer, cfg, pack: bool, upcast: bool) -> Layer:
+        raise NotImplementedError
+
+    def ropes(self, x: torch.Tensor, pos: torch.Tensor) -> dict:
+        """{rope key: (cos, sin)}, each (B, S, D), for the absolute positions ``pos`` (B, S)."""
+        raise NotImplementedError
+
+    def __init__(self, model, *, pack: bool | None = None):
+        reason = self.support(model)
+        if reason:
+            raise ModeError(f"the native path does not support this model: {reason}; use prefix_mode='shared'")
+        dec = model.get_decoder()
+        cfg = dec.config
+        self.embed = dec.embed_tokens
+        self.rotary = dec.rotary_emb
+        self.eps = float(cfg.rms_norm_eps)
+        layers = dec.layers[:cfg.num_hidden_layers]
+        a0 = layers[0].self_attn
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = int(getattr(a0, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        self.scale = float(a0.scaling)
+        self.softcap = getattr(cfg, "attn_logit_softcapping", None)
+        self.final_norm = self.norm_weight(dec.norm)
+        w = self.linears(layers[0])[0].weight
+        self.route = gemm_route(w.dtype, w.device)
+        if pack is None:
+            per = 4 if self.route in ("fp32", "bf16_upcast") else w.element_size()  # bytes of a packed element
+            size = sum(m.weight.numel() * per for layer in layers for m in self.linears(layer))
+            pack = self.route != "plain" and size <= PACK_MAX_BYTES
+        self.packed = bool(pack) and _packing_available()
+        if not self.packed:
+            self.route = "plain"
+        self.hook_fns: dict = {}  # the probe's hook points, set by NativeBackend.hooks
+        up = self.route == "bf16_upcast"
+        self.layers = [self.make_layer(i, layer, cfg, self.packed, up) for i, layer in enumerate(layers)]
+
+    # ---- the pieces of a block ------------------------------------------------------------------------
+    def _residual(self, x, y, w_y, w_next):
+        """The residual add of a block's output ``y`` (normed with ``w_y`` first where the family has that norm)
+        and the next norm of the new stream: (new stream, its norm)."""
+        if w_y is None:
+            return add_rms_norm(x, y, w_next, self.eps)
+        return residual_rms_norm(x, y, w_y, w_next, self.eps)
+
+    def _qkv(self, lw: Layer, qkv: torch.Tensor, cos, sin, heads: int):
+        """A q/k/v (or, with ``heads`` 0, k/v) projection -> q (B, Hq, S, D), k and v (B, Hkv, S, D), q and k
+        normed (where the family has q/k norms) and rotated."""
+        if lw.q_norm is None:
+            return qk_rope(qkv, cos, sin, heads=heads, kv_heads=self.kv_heads)
+        return qk_norm_rope(qkv, lw.q_norm, lw.k_norm, cos, sin, heads=heads, kv_heads=self.kv_heads, eps=self.eps)
+
+    def _block_tail(self, lw: Layer, x: torch.Tensor, attn: torch.Tensor, w_next: torch.Tensor):
+        """After attention: output projection, residual (after the post-attention norm where there is one), MLP,
+        residual. Returns the new residual stream and its norm with ``w_next`` (the next block's input norm)."""
+        x, h = self._residual(x, lw.w_o(attn), lw.ln_post_attn, lw.ln_pre_ff)
+        return self._residual(x, lw.w_down(lw.mlp(h)), lw.ln_post_ff, w_next)
+
+    def _hooked_tail(self, i: int, lw: Layer, x: torch.Tensor, attn: torch.Tensor, w_next: torch.Tensor):
+        """:meth:`_block_tail` with the hook points of block i: z (the output projection's input), the attention
+        and MLP outputs (before any post-norm, as in transformers' modules) and the block's output."""
+        f = self.hook_fns
+
+        def point(name: str, t: torch.Tensor) -> torch.Tensor:
+            new = f[name](t) if name in f else None
+            return t if new is None else new
+
+        attn = point(f"blocks.{i}.attn.hook_z", attn)  # (B, S, Hq D)
+        x, h = self._residual(x, point(f"blocks.{i}.hook_attn_out", lw.w_o(attn)), lw.ln_post_attn, lw.ln_pre_ff)
+        x, h = self._residual(x, point(f"blocks.{i}.hook_mlp_out", lw.w_down(lw.mlp(h))), lw.ln_post_ff, w_next)
+        new = point(f"blocks.{i}.hook_resid_post", x)
+        if new is not x:  # a replaced residual stream: the next block's input norm is taken again
+            x, h = new, rms_norm(new, w_next, self.eps)
+        return x, h
+
+    def _last_layer(self, i, lw, x, h, cos, sin, groups, select, w_next, capture, captured):
+        """The last layer pruned to the read positions: keys/values for all positions (for later tokens),
+        queries, attention, output projection and MLP only at ``select``."""
+        H, D = self.heads, self.head_dim
+        _, k, v = self._qkv(lw, F.linear(h, *lw.w_qkv.rows(H * D, lw.w_qkv.weight.shape[0], h.dtype)), cos, sin, 0)
+        if capture:
+            captured.append((k, v))
+        rows, offs = select
+        qs = F.linear(h[rows, offs], *lw.w_qkv.rows(0, H * D, h.dtype)).view(-1, H, D)
+        if lw.q_norm is not None:
+            qs = rms_norm(qs, lw.q_norm, self.eps)
+        qs = rotate_ref(qs, cos[rows, offs, None], sin[rows, offs, None])
+        o = torch.empty_like(qs)
+        a = 0
+        for pre, n in groups:
+            mine = (rows >= a) & (rows < a + n)
+            kp, vp = pre.layer(i, k)
+            o[mine] = attend_selected(qs[mine], rows[mine] - a, offs[mine], kp, vp, k[a:a + n], v[a:a + n],
+                                      scale=self.scale, window=lw.window, softcap=self.softcap)
+            a += n
+        _, h = self._block_tail(lw, x[rows, offs], o.reshape(len(rows), H * D), w_next)
+        return h, captured
+
+    def __call__(self, ids: torch.Tensor, prefix, *, capture: bool, select=None):
+        """Rows ``ids`` (B, S), right-padded. ``prefix``: the PrefixKV all rows continue, or [(PrefixKV, n rows)]
+        groups in row order (rows of a batch may continue different prefixes). ``select`` = (rows, offsets) of
+        the positions whose final hidden state is wanted. Returns hidden (R, d) at ``select`` (all (B, S, d)
+        without it) and, with ``capture``, each layer's suffix keys/values (B, Hkv, S, D)."""
+        B, S = ids.shape
+        groups = [(prefix, B)] if isinstance(prefix, PrefixKV) else list(prefix)
+        if sum(n for _, n in groups) != B:
+            raise ModeError(f"prefix groups cover {sum(n for _, n in groups)} rows, the batch has {B}")
+        starts = torch.tensor([p.length for p, n in groups for _ in range(n)], device=ids.device)
+        pos = starts[:, None] + torch.arange(S, device=ids.device)  # (B, S) absolute positions
+        x = self.embed(ids)  # (B, S, d)
+        if self.route == "bf16_upcast":  # bf16 weights on fp32 FMAs: activations stay fp32, no casts per op
+            x = x.float()
+        ropes = self.ropes(x, pos)  # once per call: {key: (cos, sin)}, each (B, S, D)
+        captured = [] if capture else None
+        H = self.heads
+        h = rms_norm(x, self.layers[0].ln_in, self.eps)
+        last = len(self.layers) - 1
+        for i, lw in enumerate(self.layers):
+            w_next = self.final_norm if i == last else self.layers[i + 1].ln_in
+            cos, sin = ropes[lw.rope]
+            if i == last and select is not None and not self.hook_fns:
+                return self._last_layer(i, lw, x, h, cos, sin, groups, select, w_next, capture, captured)
+            # k, v (B, Hkv, S, D) in their own memory: children's prefixes are views of them
+            q, k, v = self._qkv(lw, lw.w_qkv(h), cos, sin, H)  # q (B, Hq, S, D)
+            if capture:
+                captured.append((k, v))
+            outs, a = [], 0
+            pattern = self.hook_fns.get(f"blocks.{i}.attn.hook_pattern")
+            if pattern is not None and len(groups) > 1:
+                raise ModeError("an attention-pattern hook needs the rows of one prefix per call")
+            for pre, n in groups:
+                kp, vp = pre.layer(i, k)
+                outs.append(shared_prefix_attention(q[a:a + n], kp, vp, k[a:a + n], v[a:a + n], scale=self.scale,
+                                                    sliding_window=lw.window, softcap=self.softcap))
+                if pattern is not None:  # (B, Hq, S, L + S), computed only for the hook
+                    pattern(attention_probs(q, kp, k, scale=self.scale, window=lw.window, softcap=self.softcap))
+                a += n
+            # (B, S, Hq, D): free where attention wrote that layout (the C kernel), else one copy
+            o = torch.cat([o.transpose(1, 2) for o in outs]) if len(outs) > 1 else outs[0].transpose(1, 2)
+            tail = self._hooked_tail if self.hook_fns else (lambda i, *a: self._block_tail(*a))
+            x, h = tail(i, lw, x, o.reshape(B, S, -1), w_next)
+        return (h if select is None else h[select[0], select[1]]), captured
+
+
+def attend_selected(q, rows, offs, k_prefix, v_prefix, k, v, *, scale: float, window: int | None,
+                    softcap: float | None) -> torch.Tensor:
+    """Attention of R single queries: query r is row ``rows[r]`` at suffix offset ``offs[r]`` and sees the shared
+    prefix (Hkv, L, D) and its row's suffix keys (B, Hkv, S, D) up to that offset. q: (R, Hq, D) -> (R, Hq, D)."""
+    R, Hq, D = q.shape
+    Hkv, L, _ = k_prefix.shape
+    S = k.shape[2]
+    G = Hq // Hkv
+    qf = q.float().view(R, Hkv, G, D)
+    keys = torch.cat([k_prefix.float().unsqueeze(0).expand(R, -1, -1, -1), k[rows].float()], dim=2)  # (R,Hkv,L+S,D)
+    vals = torch.cat([v_prefix.float().unsqueeze(0).expand(R, -1, -1, -1), v[rows].float()], dim=2)
+    scores = torch.einsum("rhgd,rhkd->rhgk", qf, keys) * scale  # (R, Hkv, G, L + S)
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    qpos = (L + offs).unsqueeze(1)  # (R, 1) absolute positions
+    kpos = torch.arange(L + S, device=q.device).unsqueeze(0)  # (1, L + S)
+    visible = kpos <= qpos
+    if window is not None:
+        visible = visible & (qpos - kpos < window)
+    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+    out = torch.einsum("rhgk,rhkd->rhgd", torch.softmax(scores, dim=-1), vals)
+    return out.reshape(R, Hq, D).to(q.dtype)
+
+
+# ------------------------------------------------------------------------------------------------ the backend
+def step_classes() -> tuple[type[NativeStep], ...]:
+    """The families' steps (imported here: each family's file imports this module)."""
+    from .native_gemma3 import NativeGemma3
+    from .native_llama import NativeLlama
+
+    return NativeGemma3, NativeLlama
+
+
+def step_for(model) -> tuple[type[NativeStep] | None, str | None]:
+    """(the family step that takes ``model``, None) or (None, why none does)."""
+    try:
+        model_type = getattr(model.get_decoder().config, "model_type", None)
+    except Exception:  # noqa: BLE001 - any model without a decoder accessor is simply unsupported
+        return None, "the model has no get_decoder()"
+    for cls in step_classes():
+        if model_type in cls.MODEL_TYPES:
+            reason = cls.support(model)
+            return (cls, None) if reason is None else (None, reason)
+    known = tuple(t for cls in step_classes() for t in cls.MODEL_TYPES)
+    return None, f"model type {model_type!r} is not one of {known}"
+
+
+def native_support(model) -> str | None:
+    """None if ``model`` can run natively, else the reason it cannot."""
+    return step_for(model)[1]
+
+
+class NativeBackend(Backend):
+    """The fused step functions (``native`` mode): Gemma-3 (:mod:`.native_gemma3`) and the Llama-style decoders
+    (:mod:`.native_llama`); rows of several prefixes per call."""
+
+    name = "native"
+    supports = frozenset({"softcap", "sliding_window"})
+    mixes_prefixes = True
+
+    @classmethod
+    def refuses(cls, model, features: dict) -> str | None:
+        return native_support(model)
+
+    def __init__(self, model, *, pack: bool | None = None):
+        super().__init__(model)
+        step, reason = step_for(model)
+        if step is None:
+            raise ModeError(f"the native path does not support this model: {reason}; use prefix_mode='shared'")
+        self.step = step(model, pack=pack)
+        self.route = self.step.route  # fp32, bf16, bf16_upcast or plain
+
+    def _forward(self, ids, groups, lengths, read, capture):
+        return self.step(ids, groups, capture=capture, select=read)
+
+    @contextlib.contextmanager
+    def hooks(self, fns: dict):
+        for name in fns:
+            parse_hook(name, self.n_layers)
+        self.step.hook_fns = dict(fns)
+        try:
+            yield
+        finally:
+            self.step.hook_fns = {}
