@@ -68,8 +68,9 @@ class Engine:
 
     ``prefix_mode`` names the backend (:mod:`logitjudge.judge.backends`): "auto" (default: the fastest that
     computes the model exactly, :func:`logitjudge.judge.choose_mode`; ``mode_meta`` says which and why),
-    "native" (the fused step function of Gemma-3 and the Llama-style decoders), "shared" (transformers' forward with the prefix KV, or a
-    linear-attention layer's recurrent state, held once, read through the shared-prefix attention function),
+    "native" (the fused step of Gemma-3 and the Llama-style decoders), "shared" (transformers' forward with the
+    prefix KV, or a linear-attention layer's recurrent state, held once, read through the shared-prefix
+    attention function),
     "copy" (the prefix copied into a per-row ``DynamicCache``) or "plain" (every sequence from its first token,
     no cache; exact for any causal LM, no shared work). A mode that cannot compute the model exactly is refused
     (EngineError). ``token_budget`` bounds
