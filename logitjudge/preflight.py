@@ -59,6 +59,7 @@ def _check_context(exp: Experiment, tokenizer, max_length: int, chunk: int = 256
     """Every item's first prompt of each criterion (the last slot, multi-criteria) with its longest label,
     tokenized as the run tokenizes it, against the model's context: a text past it is refused before any item
     is scored (the run's own check still holds every prompt to it exactly)."""
+    from .prompts import uses_chat
     from .requests import Request, orders_of, render
 
     rubric, template = exp.rubric, exp.template
@@ -78,7 +79,7 @@ def _check_context(exp: Experiment, tokenizer, max_length: int, chunk: int = 256
         for _, c, req in part:
             longest = max(rubric.criteria[c].labels, key=len)
             texts.append(render(template, tokenizer, rubric, req) + template.continuation(longest))
-        ids = tokenizer(texts, add_special_tokens=not template.chat)["input_ids"]
+        ids = tokenizer(texts, add_special_tokens=not uses_chat(template, tokenizer))["input_ids"]
         for (it, c, _), tokens in zip(part, ids):
             if len(tokens) > max_length:
                 raise SpecError(f"item {it.id!r}, criterion {rubric.criteria[c].name!r}: the prompt is "
