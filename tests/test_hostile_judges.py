@@ -152,7 +152,8 @@ def test_builtin_wrong_sha256_refused_before_load(tmp_path, cache, capsys, monke
 
 
 def test_builtin_missing_package(tmp_path, cache, capsys, monkeypatch):
-    b = replace(judges.BUILTINS["qwen2.5-coder-0.5b-instruct"], parts=(("logitjudge-no-such-part1", "data/part01.bin"),))
+    b = replace(judges.BUILTINS["qwen2.5-coder-0.5b-instruct"],
+                parts=(("logitjudge-no-such-part1", "data/part01.bin"),))
     monkeypatch.setitem(judges.BUILTINS, b.alias, b)
     refused(capsys, tmp_path, b.alias, "logitjudge-no-such-part1==0.9.0", "pip install 'logitjudge[judges]'")
 
