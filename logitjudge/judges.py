@@ -118,8 +118,10 @@ def assemble(b: Builtin, dest: Path) -> Path:
     return dest
 
 
-def builtin_checkpoint(alias: str) -> Path:
+def builtin_checkpoint(alias: str = "gemma-3-270m") -> Path:
     """The converted transformers folder of a built-in judge (assembled, checked and converted on first use)."""
+    if alias not in BUILTINS:
+        raise GGUFError(f"unknown built-in judge {alias!r}; the built-ins are {', '.join(BUILTINS)}")
     b = BUILTINS[alias]
     folder = target(alias)
     if converted(folder):

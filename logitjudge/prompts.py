@@ -71,7 +71,7 @@ class Template:
             raise PromptError(f"template file {p}: unknown keys {unknown}; known keys are {sorted(known)}")
         for key, value in d.items():
             want = bool if key in ("chat", "needs_descriptions") else str
-            if key == "chat" and value not in CHAT:
+            if key == "chat" and not (value == "auto" or isinstance(value, bool)):
                 raise PromptError(f"template file {p}: 'chat' must be \"auto\", true or false, got {value!r:.40}")
             if not isinstance(value, want) and key != "chat":
                 kind = "true or false" if want is bool else "a string"
@@ -188,9 +188,6 @@ def load_template(spec: str | Path | Template | None) -> Template:
         return spec
     s = str(spec)
     return Template.load(s) if s.endswith(".toml") or Path(s).exists() else builtin_template(s)
-
-
-CHAT = ("auto", True, False)  # a template's (and a spec's) chat setting
 
 
 def uses_chat(template: Template, tokenizer) -> bool:

@@ -106,9 +106,10 @@ def test_no_chat_and_forced_chat(chat_model, model_dir, tmp_path, capsys):
 
 def test_chat_settings_checked(tmp_path):
     t = tmp_path / "t.toml"
-    t.write_text('base = "text-first"\nchat = "maybe"\n')
-    with pytest.raises(PromptError, match="'chat' must be"):
-        Template.load(t)
+    for bad in ('"maybe"', "1"):
+        t.write_text(f'base = "text-first"\nchat = {bad}\n')
+        with pytest.raises(PromptError, match="'chat' must be"):
+            Template.load(t)
     t.write_text('base = "text-first"\nchat = true\n')
     assert Template.load(t).chat is True
     assert Template().chat == "auto" and not uses_chat(Template(), object())
