@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 def model_source(spec: Spec) -> str:
     model_id = spec.model.id
-    if spec.base is not None and not Path(model_id).is_absolute() and (Path(spec.base) / model_id).is_dir():
+    # a model folder or GGUF file next to the spec file
+    if spec.base is not None and not Path(model_id).is_absolute() and (Path(spec.base) / model_id).exists():
         return str(Path(spec.base) / model_id)
     return model_id
 
