@@ -164,3 +164,17 @@ def test_judges_extra_pins_the_registry():
     extra = project["optional-dependencies"]["judges"]
     assert sorted(extra) == sorted(f"{d}=={b.version}" for b in BUILTINS.values() if b.version for d, _ in b.parts)
     assert all(b.licence == "Apache-2.0" for a, b in BUILTINS.items() if a.startswith("qwen"))
+
+
+def test_probe_on_chat_prompts(chat_model, tmp_path):
+    """The probes read the same chat prompts the scores come from (their token spans tokenized as scored): the
+    logit lens's last layer is the scored distribution."""
+    from logitjudge.probe.table import ProbeTable
+
+    texts = write_texts(tmp_path / "texts.jsonl", 2)
+    out = tmp_path / "p.npz"
+    assert main(["probe", "--model", str(chat_model), "--texts", str(texts), "--orderings", "balanced", "--probes",
+                 "lens,attention", "--out", str(out), "--threads", "2", "--quiet"]) == 0
+    probed = ProbeTable.load(out)
+    assert probed.meta["chat"]["used"] is True
+    np.testing.assert_allclose(probed.lens_probs[:, :, -1], probed.probs, atol=1e-5)
