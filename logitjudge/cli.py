@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(r, ModelSpec, only=("threads", "token_budget"), dest_prefix="model.", defaults=False)
     add_flags(r, DataSpec, only=("dir", "limit"), dest_prefix="data.", defaults=False)
     add_flags(r, Spec, only=("dump_prompts",), defaults=False)
-    add_flags(r, PromptSpec, only=("paradigm", "pairs"), dest_prefix="prompts.", defaults=False)
+    add_flags(r, PromptSpec, only=("paradigm", "pairs", "chat"), dest_prefix="prompts.", defaults=False)
     _quiet(r)
     r.add_argument("--force", action="store_true", help=FORCE_HELP)
 
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "order-swap patching, linear probes")
     add_flags(p, ModelSpec, dest_prefix="model.")
     add_flags(p, DataSpec, dest_prefix="data.", one_of=("name", "texts"))
-    add_flags(p, PromptSpec, only=("template",), dest_prefix="prompts.",
+    add_flags(p, PromptSpec, only=("template", "chat"), dest_prefix="prompts.",
               helps={"template": "built-in template name or .toml file; unset: text-first"})
     add_flags(p, OrderingSpec, only=("options", "seed"), dest_prefix="orderings.")
     add_flags(p, ProbeSpec, dest_prefix="probe.", helps={"probes": "comma-separated probes to run: lens, attention, "
@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo", help="report folder")
-    d.add_argument("--model", default="gemma-3-270m", help="judge model id or folder")
+    d.add_argument("--model", default="gemma-3-270m", help="judge: model id, folder, FILE.gguf, ollama:NAME[:TAG] "
+                   "or a built-in")
     return ap
 
 
@@ -245,7 +246,8 @@ def cmd_run(args) -> int:
     over = {"model": {"threads": getattr(args, "model.threads"), "token_budget": getattr(args, "model.token_budget")},
             "data": {"dir": getattr(args, "data.dir"), "limit": getattr(args, "data.limit")},
             "": {"dump_prompts": args.dump_prompts},
-            "prompts": {"paradigm": getattr(args, "prompts.paradigm"), "pairs": getattr(args, "prompts.pairs")}}
+            "prompts": {"paradigm": getattr(args, "prompts.paradigm"), "pairs": getattr(args, "prompts.pairs"),
+                        "chat": getattr(args, "prompts.chat")}}
     res = run_experiment(args.spec, out=args.out, overrides=over, progress=not args.quiet, force=args.force)
     print(res["verdict"])
     print(f"report: {res['report']}")

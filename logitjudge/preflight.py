@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 def model_source(spec: Spec) -> str:
     model_id = spec.model.id
-    if spec.base is not None and not Path(model_id).is_absolute() and (Path(spec.base) / model_id).is_dir():
+    # a model folder or GGUF file next to the spec file
+    if spec.base is not None and not Path(model_id).is_absolute() and (Path(spec.base) / model_id).exists():
         return str(Path(spec.base) / model_id)
     return model_id
 
@@ -84,6 +85,7 @@ def _check_context(exp: Experiment, tokenizer, max_length: int, chunk: int = 256
     """Every item's first prompt of each criterion (the last slot, multi-criteria) with its longest label,
     tokenized as the run tokenizes it, against the model's context: a text past it is refused before any item
     is scored (the run's own check still holds every prompt to it exactly)."""
+    from .prompts import uses_chat
     from .requests import Request, orders_of, render
 
     rubric, template = exp.rubric, exp.template
@@ -103,7 +105,7 @@ def _check_context(exp: Experiment, tokenizer, max_length: int, chunk: int = 256
         for _, c, req in part:
             longest = max(rubric.criteria[c].labels, key=len)
             texts.append(render(template, tokenizer, rubric, req) + template.continuation(longest))
-        ids = tokenizer(texts, add_special_tokens=not template.chat)["input_ids"]
+        ids = tokenizer(texts, add_special_tokens=not uses_chat(template, tokenizer))["input_ids"]
         for (it, c, _), tokens in zip(part, ids):
             if len(tokens) > max_length:
                 raise SpecError(f"item {it.id!r}, criterion {rubric.criteria[c].name!r}: the prompt is "

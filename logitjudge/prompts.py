@@ -52,7 +52,7 @@ class Template:
     terminator: str = ""
     slot_line: str = "{name}: "
     slot_separator: str = "\n"
-    chat: bool = False  # wrap the body in the tokenizer's chat template, then the answer prefix
+    chat: bool | str = "auto"  # wrap the body in the tokenizer's chat template: "auto" where it has one (uses_chat)
     needs_descriptions: bool = True
     paradigm: str = "pointwise"  # pointwise | pairwise | listwise (logitjudge.candidates)
     tie_label: str = ""  # pairwise templates: the answer for a tie ("" = no tie label)
@@ -62,7 +62,7 @@ class Template:
         """A template file: every key of :data:`LAYOUT` set, or ``base = "<built-in>"`` and the keys it changes
         (a file that sets only ``option_line`` would otherwise take the rest of its prompt from text-first
         without saying so); ``terminator``, ``chat`` and ``needs_descriptions`` are optional (nothing after the
-        label, no chat template, descriptions checked where shown)."""
+        label; "auto": the judge's chat template where its tokenizer has one; descriptions checked where shown)."""
         p = Path(path)
         d = read_toml(p, what="template file", error=PromptError)
         known = set(cls.__dataclass_fields__) | {"base"}
@@ -71,7 +71,9 @@ class Template:
             raise PromptError(f"template file {p}: unknown keys {unknown}; known keys are {sorted(known)}")
         for key, value in d.items():
             want = bool if key in ("chat", "needs_descriptions") else str
-            if not isinstance(value, want):
+            if key == "chat" and not (value == "auto" or isinstance(value, bool)):
+                raise PromptError(f"template file {p}: 'chat' must be \"auto\", true or false, got {value!r:.40}")
+            if not isinstance(value, want) and key != "chat":
                 kind = "true or false" if want is bool else "a string"
                 raise PromptError(f"template file {p}: '{key}' must be {kind}, got {type(value).__name__} "
                                   f"({value!r:.40})")
@@ -188,11 +190,29 @@ def load_template(spec: str | Path | Template | None) -> Template:
     return Template.load(s) if s.endswith(".toml") or Path(s).exists() else builtin_template(s)
 
 
+def uses_chat(template: Template, tokenizer) -> bool:
+    """Whether the prompts go through the judge's chat template: ``chat = true`` / ``false`` as set; ``"auto"``
+    where the tokenizer has a chat template (an instruct judge), else plain (a base model such as
+    gemma-3-270m, whose GGUF carries none). A chat prompt starts with the template's own special tokens, so it
+    is tokenized without the tokenizer's (``add_special_tokens=False``)."""
+    if template.chat == "auto":
+        return bool(getattr(tokenizer, "chat_template", None))
+    return bool(template.chat)
+
+
+def chat_meta(template: Template, tokenizer) -> dict:
+    """What a table's meta says of chat: the setting, whether it was used, and the chat template (Jinja) the
+    prompts went through (None when plain)."""
+    used = uses_chat(template, tokenizer)
+    return {"setting": template.chat, "used": used,
+            "chat_template": getattr(tokenizer, "chat_template", None) if used else None}
+
+
 def wrap_chat(tokenizer, body: str, answer_prefix: str) -> str:
     """The tokenizer's chat template with a generation prompt, then the forced answer prefix."""
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise PromptError("the template asks for chat formatting but the tokenizer has no chat_template; "
-                          "use a plain template (chat = false) for base models")
+    if not getattr(tokenizer, "chat_template", None):
+        raise PromptError("chat formatting was asked for (--chat, chat = true) but the judge's tokenizer has no "
+                          "chat template; use --no-chat (chat = false or \"auto\") for base models")
     head = tokenizer.apply_chat_template([{"role": "user", "content": body}], tokenize=False,
                                          add_generation_prompt=True)
     return head + answer_prefix.lstrip("\n")

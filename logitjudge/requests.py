@@ -27,7 +27,7 @@ import numpy as np
 from .candidates import LETTERS, POINTWISE, Row
 from .items import Item
 from .orderings import inverse, validate
-from .prompts import EncodedPrompt, PromptError, Template, encode_prompt, wrap_chat
+from .prompts import EncodedPrompt, PromptError, Template, encode_prompt, uses_chat, wrap_chat
 from .rubric import Criterion, Rubric, ScoreOption
 
 
@@ -78,7 +78,7 @@ def render(template: Template, tokenizer, rubric: Rubric, req: Request) -> str:
         shown = Rubric((asked,), rubric.instructions, rubric.name)
         body = template.render_body(shown, req.item.text, req.item.context, req.option_order)
         prefix = template.answer_prefix.format(name=asked.name)
-    head = wrap_chat(tokenizer, body, prefix) if template.chat else body + prefix
+    head = wrap_chat(tokenizer, body, prefix) if uses_chat(template, tokenizer) else body + prefix
     if not req.slots:
         return head
     for j, label in enumerate(req.answers):
@@ -96,7 +96,8 @@ def encode(lm, template: Template, rubric: Rubric, req: Request) -> EncodedPromp
              else f"item {item.id!r}, criterion {asked.name!r}, ordering {req.ordering}")
     prompt = render(template, lm.tokenizer, rubric, req)
     return encode_prompt(lm.tokenizer, prompt, [template.continuation(o.label) for o in asked.options],
-                         add_special_tokens=not template.chat, max_length=lm.max_length, where=where)
+                         add_special_tokens=not uses_chat(template, lm.tokenizer), max_length=lm.max_length,
+                         where=where)
 
 
 def item_prompts(lm, rubric: Rubric, item: Item, option_orders, template: Template) -> list[EncodedPrompt]:
@@ -118,11 +119,12 @@ def first_requests(rubric: Rubric, item: Item, option_orders, criterion_orders=N
     return [slot_request(item, oo, co, (), k) for k, (oo, co) in enumerate(zip(option_orders, criterion_orders))]
 
 
-def dump_record(template: Template, rubric: Rubric, req: Request, ep: EncodedPrompt) -> dict:
+def dump_record(template: Template, rubric: Rubric, req: Request, ep: EncodedPrompt, *, chat: bool) -> dict:
+    """One prompt of the dump; ``chat``: whether it went through the judge's chat template (:func:`uses_chat`)."""
     asked = rubric.criteria[req.criterion]
     rec = {"item_id": req.item.id, "criterion": asked.name, "ordering": req.ordering,
            "option_order": list(req.option_order), "prompt": ep.prompt_text, "prompt_tokens": len(ep.prompt_ids),
-           "add_special_tokens": not template.chat, "continuations": list(ep.continuations),
+           "add_special_tokens": not chat, "chat": chat, "continuations": list(ep.continuations),
            "labels": asked.labels}
     if req.slots:
         rec.update(criterion_order=[rubric.criteria[c].name for c in req.criterion_order], slot=len(req.answers))
@@ -136,12 +138,12 @@ def dump_prompts(lm, items: list[Item], rubric: Rubric, option_orders, template:
     continuation string (label + terminator, plus any prompt tail that tokenizes together with the label), so
     anyone can audit the numbers with a plain forward pass."""
     orders = validate(option_orders, rubric.n_options, per_item=True, n_items=len(items))
-    p = Path(path)
+    p, chat = Path(path), uses_chat(template, lm.tokenizer)
     p.parent.mkdir(parents=True, exist_ok=True)
     with p.open("w", encoding="utf-8") as f:
         for i, it in enumerate(items):
             for req in first_requests(rubric, it, orders_of(orders, i), criterion_orders):
-                rec = dump_record(template, rubric, req, encode(lm, template, rubric, req))
+                rec = dump_record(template, rubric, req, encode(lm, template, rubric, req), chat=chat)
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return p
 
@@ -185,7 +187,8 @@ def encode_candidates(lm, template: Template, crub: Rubric, req: Request, row: R
     where = f"row {row.id!r}, criterion {crub.criteria[0].name!r}, ordering {req.ordering}"
     prompt = render(template, lm.tokenizer, crub, req)
     return encode_prompt(lm.tokenizer, prompt, [template.continuation(lab) for lab in crub.criteria[0].labels],
-                         add_special_tokens=not template.chat, max_length=lm.max_length, where=where)
+                         add_special_tokens=not uses_chat(template, lm.tokenizer), max_length=lm.max_length,
+                         where=where)
 
 
 def row_prompts(lm, rubric: Rubric, row: Row, option_orders, template: Template) -> list[EncodedPrompt]:
@@ -200,12 +203,12 @@ def dump_candidate_prompts(lm, rows: list[Row], rubric: Rubric, option_orders, t
     is the row's id, ``labels`` each candidate's letter in canonical order, the tie last; ``option_order`` the
     candidate at each slot) plus ``paradigm`` and ``candidates`` (the item ids, canonical order)."""
     orders = validate(option_orders, per_item=True, n_items=len(rows))
-    p = Path(path)
+    p, chat = Path(path), uses_chat(template, lm.tokenizer)
     p.parent.mkdir(parents=True, exist_ok=True)
     with p.open("w", encoding="utf-8") as f:
         for i, row in enumerate(rows):
             for crub, req in candidate_requests(rubric, row, orders_of(orders, i), template.tie_label):
-                rec = dump_record(template, crub, req, encode_candidates(lm, template, crub, req, row))
+                rec = dump_record(template, crub, req, encode_candidates(lm, template, crub, req, row), chat=chat)
                 rec.update(paradigm=paradigm, candidates=row.candidate_ids,
                            option_order=[int(x) for x in orders_of(orders, i)[req.ordering]])
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -37,7 +37,7 @@ from .probe.prompts import probe_prompts
 from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
 from .probe.table import ProbeTable
 from .progress import Interrupted, Plan, Progress
-from .prompts import load_template
+from .prompts import chat_meta, load_template
 from .requests import default_template, item_prompts, orders_of
 from .steps import (
     SLOT_FUNCTIONS,
@@ -412,6 +412,7 @@ def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
 
     return {"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype, "device": lm.device,
             "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
+            "chat": chat_meta(template, lm.tokenizer),
             "prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
             "torch_threads": torch.get_num_threads(), "kernels": engine.backend.kernels(),
             "versions": {"logitjudge": __version__, "torch": torch.__version__,

@@ -39,7 +39,8 @@ def opt(default, help: str, *, kind: str | None = None, choices=None, minimum=No
 
 @dataclass(frozen=True)
 class ModelSpec:
-    id: str = opt("gemma-3-270m", "HF model id, local folder, or gemma-3-270m (built-in)", flag="--model")
+    id: str = opt("gemma-3-270m", "HF model id, local folder, FILE.gguf, ollama:NAME[:TAG], or a built-in: "
+                  "gemma-3-270m, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct", flag="--model")
     dtype: str = opt("fp32", "weights and activations (the read-out is always fp32); fp32 is exact; auto: bf16 where "
                      "its GEMMs measured >= 1.2x faster on this machine (stated tolerance 0.05 on option "
                      "probabilities), else fp32", choices=("fp32", "bf16", "fp16", "auto"))
@@ -96,6 +97,9 @@ class PromptSpec:
                         choices=("pointwise", "pairwise", "listwise"))
     pairs: int | None = opt(None, "pairwise: K random pairs per group (seeded with --seed); unset: every pair",
                             kind="int", minimum=1, example="10")
+    chat: object = opt(None, 'the judge\'s chat template: "auto" (where its tokenizer has one: instruct judges), '
+                       "true (--chat) or false (--no-chat: plain text, as a base model reads); unset: the "
+                       'template\'s own (built-ins: "auto")', kind="chat", example='"auto"')
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,9 @@ def check_value(f, value, where: str, *, flag: bool = False):
             raise bad("a positive number of groups or a list of group ids")
         if isinstance(value, list):
             value = [str(v) for v in value]
+    elif kind == "chat":
+        if value not in ("auto", True, False) or value in (0, 1) and not isinstance(value, bool):
+            raise bad('"auto", true or false')
     elif kind == "table":
         if not isinstance(value, dict):
             raise bad("a table")
@@ -295,6 +302,14 @@ def add_flags(parser, cls, *, only=None, required=(), one_of=(), dest_prefix: st
         if not m.get("cli") or (only is not None and f.name not in only):
             continue
         help = (helps or {}).get(f.name, m["help"])
+        if m["kind"] == "chat":  # --chat / --no-chat (unset: the template's setting)
+            both = parser.add_mutually_exclusive_group()
+            both.add_argument("--chat", dest=dest_prefix + f.name, action="store_const", const=True, default=None,
+                              help="prompts through the judge's chat template (default: where its tokenizer has "
+                                   "one, the template's chat = \"auto\")")
+            both.add_argument("--no-chat", dest=dest_prefix + f.name, action="store_const", const=False,
+                              help="plain prompts, no chat template (a base model's reading)")
+            continue
         if not defaults and m["kind"] != "bool":
             help += " (default: the spec's value)"
         kw: dict = {"dest": dest_prefix + f.name, "help": help}

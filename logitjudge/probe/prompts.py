@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..prompts import EncodedPrompt, load_template
+from ..prompts import EncodedPrompt, load_template, uses_chat
 from ..requests import item_prompts
 from ..rubric import Rubric
 from .spans import Spans, prompt_spans
@@ -42,7 +42,7 @@ def probe_prompts(lm, rubric: Rubric, item, option_orders, template=None, *, cri
     crit = one.criteria[0]
     return [ProbePrompt(ep, np.asarray(order), prompt_spans(
         lm.tokenizer, ep, template, crit, rubric.instructions, item.text, item.context or "", order,
-        add_special_tokens=not template.chat)) for ep, order in zip(encoded, option_orders)]
+        add_special_tokens=not uses_chat(template, lm.tokenizer))) for ep, order in zip(encoded, option_orders)]
 
 
 def common_prefix(seqs, cap: int) -> int:
