@@ -75,7 +75,7 @@ def prefix_cache_prompt_logprobs(model, groups: list[list[EncodedPrompt]], *, ba
         for c in ctxs[1:]:
             P = min(P, next((i for i, (a, b) in enumerate(zip(ctxs[0], c)) if a != b), P))
         # a config-less cache keeps every prefix token in every layer (the masks apply the sliding windows)
-        pre = decoder(input_ids=torch.tensor([ctxs[0][:P]], device=device), past_key_values=DynamicCache(),
+        pre = decoder(input_ids=torch.tensor([ctxs[0][:P]], device=device), cache=DynamicCache(),
                       use_cache=True).past_key_values if P else None
         got: dict[tuple, np.ndarray] = {}
         for s in range(0, len(ctxs), batch_size):
@@ -92,7 +92,7 @@ def prefix_cache_prompt_logprobs(model, groups: list[list[EncodedPrompt]], *, ba
                 cache.update(layer.keys.expand(len(rows), -1, -1, -1), layer.values.expand(len(rows), -1, -1, -1), i)
             pos = torch.arange(P, P + S).unsqueeze(0).expand(len(rows), S)
             hidden = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
-                             past_key_values=cache, use_cache=True).last_hidden_state
+                             cache=cache, use_cache=True).last_hidden_state
             last = torch.tensor([len(c) - P - 1 for c in rows], device=device)
             logits = head(hidden[torch.arange(len(rows), device=device), last]).float()
             if softcap:
