@@ -10,11 +10,12 @@ from .table import ScoreTable
 __version__ = "0.1.0"
 
 __all__ = [
-    # the top-level API (logitjudge.api): lj.load_judge, lj.score, lj.analyze
-    "Report", "Result", "analyze", "load_judge", "score",
+    # the top-level API: lj.load_judge, lj.score, lj.analyze (logitjudge.api), lj.rank (logitjudge.picks),
+    # lj.reward (logitjudge.rlaif)
+    "Report", "Result", "analyze", "load_judge", "rank", "reward", "score",
     # the building blocks (the submodules are the long form)
     "Criterion", "Rubric", "ScoreOption", "ScoreTable", "balanced", "builtin_rubric", "fixed", "is_balanced",
-    "load_rubric", "random_orders", "rank", "reward", "shared_random_orders", "__version__",
+    "load_rubric", "random_orders", "shared_random_orders", "__version__",
 ]
 
 _LAZY = {"rank": ("picks", "rank"), "reward": ("rlaif", "reward")}  # pandas, scipy, torch load on first use
