@@ -238,12 +238,12 @@ def score_candidates(items, judge, *, rubric="default", orderings: str = "balanc
     ``orderings`` (``balanced``, ``all``, ``random:K``...), a group's candidates on one token trie
     (:class:`logitjudge.grouped.GroupedRun`)."""
     from .grouped import score_grouped
-    from .items import Item
+    from .items import Item, items_from_data
     from .orderings import parse
     from .rubric import Rubric, builtin_rubric, load_rubric
 
-    its = [x if isinstance(x, Item) else Item(str(x["id"]), x["text"], x.get("context", ""), x.get("group", ""))
-           for x in items]
+    # dicts (or a DataFrame, or a file) are checked as every other input of items is (one line naming the row)
+    its = list(items) if all(isinstance(x, Item) for x in items) else items_from_data(items)[0]
     if isinstance(judge, str):
         from .models import load_model
 
