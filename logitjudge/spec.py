@@ -305,8 +305,8 @@ def add_flags(parser, cls, *, only=None, required=(), one_of=(), dest_prefix: st
         if m["kind"] == "chat":  # --chat / --no-chat (unset: the template's setting)
             both = parser.add_mutually_exclusive_group()
             both.add_argument("--chat", dest=dest_prefix + f.name, action="store_const", const=True, default=None,
-                              help="prompts through the judge's chat template (default: where its tokenizer has "
-                                   "one, the template's chat = \"auto\")")
+                              help="prompts through the judge's chat template; unset: the template's chat setting "
+                                   "(\"auto\" in every built-in: where the judge's tokenizer has one)")
             both.add_argument("--no-chat", dest=dest_prefix + f.name, action="store_const", const=False,
                               help="plain prompts, no chat template (a base model's reading)")
             continue
