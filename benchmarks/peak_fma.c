@@ -36,7 +36,7 @@ double fma_peak_gflops(int threads, int64_t iters, float *sink) {
 
 /* The same for the AVX-512 BF16 dot product (vdpbf16ps: 16 lanes x 2 bf16 products + sums = 64 FLOP per
  * instruction), the instruction oneDNN's bf16 GEMMs are built on where the CPU has no AMX. Returns -1 where the
- * build target has no AVX-512 BF16. On the Intel Xeon of the README (no AMX) it issues at a quarter of the FMA's
+ * build target has no AVX-512 BF16. On the Intel Xeon of docs/performance.md (no AMX) it issues at a quarter of the FMA's
  * rate, so bf16 GEMMs there peak at half the fp32 rate. */
 #ifdef __AVX512BF16__
 #include <immintrin.h>

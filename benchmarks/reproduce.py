@@ -25,7 +25,7 @@ smoke version of a few minutes at most: one small group per data set, 4 random o
     python benchmarks/reproduce.py [--quick] [--minutes 25] [--threads auto] [--data-dir ../shared/data]
 
 Writes ``benchmarks/results/reproduce.json`` (``reproduce_quick.json`` with --quick) and prints the study table
-(:mod:`findings`: one row per quantity, one column per study, notes under it) - the README's table. Reports and
+(:mod:`findings`: one row per quantity, one column per study, notes under it) - the table of docs/study.md. Reports and
 score tables go to ``benchmarks/results/reproduce[_quick]/<study>/``; a rerun reuses them.
 """
 

@@ -1,7 +1,7 @@
 """``--dtype auto``: the fastest dtype whose stated tolerance the user accepts, measured once per CPU (or GPU).
 
 Whether bf16 is faster than fp32 depends on the chip, not on the model: on an AMD EPYC (Zen 4) bf16 runs the
-engine 1.64x faster than fp32 (README, Performance); on an Intel Xeon with AVX-512 BF16 but no AMX,
+engine 1.64x faster than fp32 (docs/performance.md); on an Intel Xeon with AVX-512 BF16 but no AMX,
 ``vdpbf16ps`` issues at a quarter of the rate of ``vfmadd231ps`` (1.35 vs 5.5 G instructions/s per core), so
 oneDNN's bf16 GEMMs run at ~0.57x the fp32 rate and bf16 ran the engine 1.5x slower than fp32.
 So the choice is measured: the GEMM rates of one transformer layer's projections (Gemma-3-270M's shapes, 512
@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from logitjudge_kernels._cbuild import cpu_model  # one reading of the CPU name, the kernels' cache key too
 
-# stated tolerance of each dtype: max |dp| of option probabilities against the exact fp32 path (README, Exactness;
-# tests/test_native.py checks bf16 on Gemma-3-270M)
+# stated tolerance of each dtype: max |dp| of option probabilities against the exact fp32 path
+# (docs/how-it-works.md, Exactness; tests/test_native.py checks bf16 on Gemma-3-270M)
 TOLERANCE = {"fp32": 0.0, "bf16": 0.05}
 MIN_SPEEDUP = 1.2  # bf16 only when its GEMMs are this much faster: fp32 is exact, and the GEMMs are ~75% of a run
 PLAIN_MARGIN = 1.1  # unpacked fp32 GEMMs only when this much faster: the packed route also fuses the MLP's epilogues

@@ -18,7 +18,7 @@ from .engine import EngineError, plain_prompt_logprobs
 from .errors import LogitJudgeError
 
 DEFAULT_TOL = 1e-5  # absolute, on each option probability (normalised over the options), fp32 models
-LOW_PRECISION_TOL = 0.05  # bf16/fp16 weights: the README's stated tolerance of those paths against fp32
+LOW_PRECISION_TOL = 0.05  # bf16/fp16 weights: their stated tolerance against fp32 (docs/how-it-works.md)
 
 
 def default_tol(model) -> float:
