@@ -231,14 +231,34 @@ def check_available(model_id: str) -> None:
                      "pass a local folder or download the model once with network access")
 
 
-def load_tokenizer(model_id: str = "gemma-3-270m", *, revision: str | None = None):
-    """The tokenizer of a judge alone (its label checks run before the model loads)."""
+_LAST_TOKENIZER: dict = {}  # {key: tokenizer}, the one read last
+
+
+def _tokenizer(source: str, revision: str | None):
+    """``AutoTokenizer.from_pretrained(source)``, read once per process for the same files: the pre-load checks
+    (:func:`load_tokenizer`) and :func:`load_model` then share one read (a 262k-token tokenizer.json takes ~4.5 s
+    to parse). Keyed by the source, the revision and, for a folder, its tokenizer files' sizes and times, so a
+    changed file is read again."""
     from transformers import AutoTokenizer
 
+    folder = Path(source)
+    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(folder.iterdir())
+                  if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "chat_template"))) \
+        if folder.is_dir() else None
+    key = (str(source), revision, stamp)
+    if key not in _LAST_TOKENIZER:
+        tok = AutoTokenizer.from_pretrained(source, **({"revision": revision} if revision else {}))
+        _LAST_TOKENIZER.clear()
+        _LAST_TOKENIZER[key] = tok
+    return _LAST_TOKENIZER[key]
+
+
+def load_tokenizer(model_id: str = "gemma-3-270m", *, revision: str | None = None):
+    """The tokenizer of a judge alone (its label checks run before the model loads)."""
     check_available(model_id)
     source = resolve_source(model_id)
     try:
-        return AutoTokenizer.from_pretrained(source, **({"revision": revision} if revision else {}))
+        return _tokenizer(source, revision)
     except (OSError, ValueError) as e:
         raise ModelError(f"could not load the tokenizer of {model_id!r}: {str(e).splitlines()[0][:300]}") from None
 
@@ -289,7 +309,6 @@ def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: s
     None: SDPA where the architecture supports it, else its eager attention (``info["attn_implementation"]``
     says which and why). Multimodal checkpoints load through their causal-LM class (Gemma-3: the full
     ``Gemma3ForConditionalGeneration``, scored on text; Qwen3.5: the text model only)."""
-    from transformers import AutoTokenizer
 
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
@@ -314,8 +333,7 @@ def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: s
     if device == "auto" and dev == "cuda" and not quantize:
         kwargs["device_map"] = "auto"  # accelerate places (and, if needed, splits) the model over the GPUs
     try:
-        tok = AutoTokenizer.from_pretrained(source, revision=revision) if revision else \
-            AutoTokenizer.from_pretrained(source)
+        tok = _tokenizer(source, revision)
         model, attn, why = _from_pretrained(source, kwargs, attn_implementation)
     except OSError as e:
         raise ModelError(f"could not load model {model_id!r}: {e}. Pass a Hugging Face model id (with network "
