@@ -240,7 +240,7 @@ def score_candidates(items, judge, *, rubric="default", orderings: str = "balanc
     from .grouped import score_grouped
     from .items import Item, items_from_data
     from .orderings import parse
-    from .rubric import Rubric, builtin_rubric, load_rubric
+    from .rubric import Rubric, load_rubric
 
     # dicts (or a DataFrame, or a file) are checked as every other input of items is (one line naming the row)
     its = list(items) if all(isinstance(x, Item) for x in items) else items_from_data(items)[0]
@@ -249,7 +249,7 @@ def score_candidates(items, judge, *, rubric="default", orderings: str = "balanc
 
         judge = load_model(judge)
     if not isinstance(rubric, Rubric):
-        rubric = load_rubric(rubric) if str(rubric).endswith((".toml", ".json")) else builtin_rubric(rubric)
+        rubric = load_rubric(rubric)  # a file, or a built-in by name
     orders = parse(orderings, rubric.n_options, seed=seed, n_items=len(its))
     return score_grouped(judge, its, rubric, orders, template=template, progress=progress)
 

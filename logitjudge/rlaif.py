@@ -126,13 +126,13 @@ def reward(judge, *, rubric="default", orderings: str = "random:3", criterion: s
     """A TRL ``reward_funcs`` callable scoring each completion with ``judge`` (a loaded model, or a model id or
     folder to load) on ``rubric`` (a :class:`~logitjudge.rubric.Rubric`, a built-in name or a file), averaged
     over ``orderings`` (module doc)."""
-    from .rubric import Rubric, builtin_rubric, load_rubric
+    from .rubric import Rubric, load_rubric
 
     if isinstance(judge, str):
         from .models import load_model
 
         judge = load_model(judge)
     if not isinstance(rubric, Rubric):
-        rubric = load_rubric(rubric) if str(rubric).endswith((".toml", ".json")) else builtin_rubric(rubric)
+        rubric = load_rubric(rubric)  # a file, or a built-in by name
     return JudgeReward(judge, rubric, orderings=orderings, criterion=criterion, template=template, reading=reading,
                        seed=seed, token_budget=token_budget, name=name)
