@@ -19,10 +19,21 @@ read positions; its FLOPs are reported apart).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT = "gemma-3-270m"
+
+
+def run_tag(base: str, model: str | None) -> str:
+    """The name of a benchmark run's JSON and results folder: ``base`` for the default judge, with the judge's
+    name after it for any other (``reproduce_qwen2.5-coder-1.5b-instruct``), so that two judges' runs sit side by
+    side instead of one replacing the other."""
+    if model in (None, DEFAULT):
+        return base
+    name = Path(model).stem if model.endswith(".gguf") else model
+    return f"{base}_{re.sub(r'[^A-Za-z0-9.]+', '-', name).strip('-')}"
 
 
 @dataclass(frozen=True)
@@ -39,14 +50,15 @@ class Judge:
 
 
 def resolve(arg: str | None) -> Judge:
-    from logitjudge.models import BUILTIN_ALIASES, builtin_checkpoint
+    from logitjudge.judges import BUILTINS, assemble, builtin_checkpoint
+    from logitjudge.models import cache_dir
 
     arg = arg or DEFAULT
-    if arg in BUILTIN_ALIASES:
-        import importlib
-
-        pkg = importlib.import_module(BUILTIN_ALIASES[arg])
-        return Judge(arg, arg, str(builtin_checkpoint(arg)), str(pkg.assemble()))
+    if arg in BUILTINS:  # llama.cpp runs the GGUF the built-in is converted from, assembled once beside the cache
+        gguf = cache_dir() / "peers" / f"{arg}.gguf"
+        if not gguf.is_file():
+            assemble(BUILTINS[arg], gguf)
+        return Judge(arg, arg, str(builtin_checkpoint(arg)), str(gguf))
     path = Path(arg).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return Judge(arg, str(dequantised(path)), str(dequantised(path)), str(path.resolve()))
