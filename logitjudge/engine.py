@@ -179,16 +179,18 @@ class Engine:
         self.stats["token_budget_after_oom"] = self.token_budget
 
     def _chunks(self, entries: list):
-        """Right-padded batches within the token budget, longest rows first. Padded positions cost as much as real
+        """Right-padded batches within the token budget (and the backend's own ``batch_tokens``, the native step's
+        on CPU), longest rows first. Padded positions cost as much as real
         ones, so a much shorter row starts a new batch. Rows continuing different prefixes share a batch only
         where the forward takes several prefixes (native mode)."""
         pools = [entries] if self.backend.mixes_prefixes else _by_prefix(entries)
         for pool in pools:
             order = sorted(pool, key=lambda e: -len(e[1].tokens))
+            budget = min(self.token_budget, self.backend.batch_tokens or self.token_budget)
             start = 0
             while start < len(order):
                 width = len(order[start][1].tokens)
-                rows = max(1, self.token_budget // max(width, 1))
+                rows = max(1, budget // max(width, 1))
                 end = start + 1
                 while end < len(order) and end - start < rows and \
                         width - len(order[end][1].tokens) <= max(8, width // 4):

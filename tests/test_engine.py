@@ -12,6 +12,7 @@ import torch
 from logitjudge import orderings
 from logitjudge.engine import Engine, Job, distribution, plain_prompt_logprobs, prompt_job
 from logitjudge.items import Item
+from logitjudge.judge.backends.native_common import CPU_BATCH_TOKENS
 from logitjudge.judge.prefix import PrefixKV
 from logitjudge.prompts import Template, builtin_template
 from logitjudge.requests import item_prompts
@@ -82,6 +83,24 @@ def test_parity_long_prompt(tiny_lm):
     assert len(groups[0][0].prompt_ids) > 512
     got = Engine(tiny_lm).prompt_logprobs(groups)
     assert_parity(got[0], plain_prompt_logprobs(tiny_lm.model, groups[0]))
+
+
+def test_backend_batch_tokens_cut_the_budget(tiny_lm):
+    """A backend's own ``batch_tokens`` (the native step's on CPU) cuts a token budget's batch into more forward
+    calls, and the probabilities stay those of one call per level."""
+    items = items_of_lengths(1, 2, 4, 7)
+    rub, orders = word_rubric(), orderings.balanced(5)
+    whole = Engine(tiny_lm, token_budget=100_000)
+    whole.backend.batch_tokens = None
+    cut = Engine(tiny_lm, token_budget=100_000)
+    assert cut.prefix_mode == "native" and cut.backend.batch_tokens == CPU_BATCH_TOKENS
+    cut.backend.batch_tokens = 64
+    t_whole = score(tiny_lm, items, rub, orders, engine=whole, progress=False)
+    t_cut = score(tiny_lm, items, rub, orders, engine=cut, progress=False)
+    assert cut.stats["forward_calls"] > whole.stats["forward_calls"]
+    assert cut.stats["tokens"] == whole.stats["tokens"]  # the same trie, cut differently
+    assert np.abs(t_cut.probs - t_whole.probs).max() <= 1e-6
+    assert t_cut.meta["batch_tokens"] == 64 and t_whole.meta["batch_tokens"] is None
 
 
 def test_batching_does_not_change_results(tiny_lm):

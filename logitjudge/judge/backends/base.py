@@ -36,6 +36,9 @@ class Backend:
     caches: ClassVar[bool] = True
     copies_prefix: ClassVar[bool] = False
     route: str = "transformers"
+    # the most rows x padded tokens per forward call at which this backend's kernels keep their speed: the engine
+    # cuts a token budget's batch into calls of at most this many (None: no limit of its own)
+    batch_tokens: int | None = None
 
     # ---- (a) exact or refused -----------------------------------------------------------------------------
     @classmethod

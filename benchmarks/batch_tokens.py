@@ -1,0 +1,79 @@
+"""Tokens per forward call of the native step on CPU: the engine's time on one workload at several call sizes.
+
+The native backend cuts the engine's token budget into calls of at most ``CPU_BATCH_TOKENS`` rows x padded tokens
+(:mod:`logitjudge.judge.backends.native_common`); this benchmark is the measurement behind that constant. Per
+size, the whole workload through ``Engine(lm)`` with ``engine.backend.batch_tokens`` set to it, the sizes
+interleaved over ``--repeats`` rounds (other load on the machine only slows a run down, and interleaving spreads
+it over the sizes), best of the rounds; the largest difference of any option probability from the first size's.
+
+    .venv/bin/python benchmarks/batch_tokens.py [--model gemma-3-270m|NAME|FOLDER] [--workload 8x350]
+        [--sizes 4096,2048,1024,512] [--repeats 2] [--threads 2] [--out benchmarks/results/batch_tokens.json]
+
+Prints a table (size, forward calls, seconds, x the fastest) and writes the JSON with the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import workloads  # noqa: E402
+
+from logitjudge.autodtype import cpu_info, describe_cpu  # noqa: E402
+from logitjudge.engine import Engine  # noqa: E402
+from logitjudge.models import load_model  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="gemma-3-270m")
+    ap.add_argument("--workload", default="8x350", choices=list(workloads.NAMES))
+    ap.add_argument("--sizes", default="4096,2048,1024,512")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--out", default="benchmarks/results/batch_tokens.json")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    torch.set_num_threads(args.threads)
+    lm = load_model(args.model, dtype="fp32", device="cpu")
+    wl = workloads.build(args.workload, lm, data_dir=args.data_dir)
+    engine = Engine(lm, token_budget=max(sizes))
+    engine.prompt_logprobs([wl.groups[0][:2]])  # warm-up: oneDNN builds its kernels at the first call
+    best, calls, probs = dict.fromkeys(sizes, float("inf")), {}, {}
+    for _ in range(args.repeats):
+        for n in sizes:
+            engine.backend.batch_tokens = n
+            before = engine.stats["forward_calls"]
+            t0 = time.perf_counter()
+            out = engine.prompt_logprobs(wl.groups)
+            best[n] = min(best[n], time.perf_counter() - t0)
+            calls[n] = engine.stats["forward_calls"] - before
+            probs[n] = np.concatenate([np.exp(lp) for g in out for lp in g])
+    fastest = min(best.values())
+    cpu = describe_cpu(cpu_info())
+    print(f"# {args.workload}, {args.model}, fp32, prefix mode {engine.prefix_mode}, {args.threads} threads; "
+          f"best of {args.repeats} interleaved rounds\n# CPU: {cpu}\n")
+    print("| tokens per call | forward calls | seconds | x fastest | max abs dp vs first |\n|---:|---:|---:|---:|---:|")
+    rows = []
+    for n in sizes:
+        dp = float(np.abs(probs[n] - probs[sizes[0]]).max())
+        rows.append({"batch_tokens": n, "forward_calls": calls[n], "seconds": best[n], "max_abs_dp": dp})
+        print(f"| {n} | {calls[n]} | {best[n]:.2f} | {best[n] / fastest:.2f} | {dp:.1e} |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"cpu": cpu, "model": args.model, "workload": args.workload, "threads": args.threads,
+                               "repeats": args.repeats, "prefix_mode": engine.prefix_mode, "rows": rows}, indent=2))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
