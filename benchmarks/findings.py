@@ -57,9 +57,14 @@ ROWS = {
                "The same change of the winning set between the canonical prompt's scores and the mean over K "
                "prompts: BALANCED's 2n rotations, and RANDOM as the expectation over draws of K orders per item "
                "(± its Monte-Carlo SE), at the same K."),
-    "human": ("Human r: FIXED(1) / RANDOM(1) / RANDOM(Kmax) / BALANCED(Kmax)", "(context)",
+    "human": ("Human r: FIXED(1) [CI] / RANDOM(1) / RANDOM(Kmax) / BALANCED(Kmax)", "(context)",
               "Pearson r of the item scores with human ratings, each strategy at its budget (RANDOM: the "
-              "expectation over draws, exact or ± SE; 'n/a': constant judge scores)."),
+              "expectation over draws, exact or ± SE; 'n/a': constant judge scores); FIXED(1)'s percentile "
+              "bootstrap CI over items where the analysis gives one."),
+    "human_k": ("Human r at K = 1 / 3 / 5 / Kmax: BALANCED; RANDOM", "BALANCED no better than RANDOM at K=10",
+                "Pearson r with human ratings of the item scores averaged over K orders: BALANCED(K) the mean over "
+                "its windows of K consecutive rotations, RANDOM(K) the expectation over draws of K orders per item "
+                "(exact or ± SE); FIXED(1), the canonical order alone, is the first number of row 12."),
 }
 SAME_UNDER_EVERY_READING = ("test", "per_prompt", "effect", "direction")  # they read the answered labels
 
@@ -114,7 +119,9 @@ def extract(res: dict) -> dict:
     for c, al in (res.get("alignment") or {}).items():
         if al:
             out["alignment"][c] = {s: {"r": v[method]["statistic"], "se": v[method].get("se"),
-                                       "exact": v[method].get("exact")} for s, v in al["item"].items()}
+                                       "exact": v[method].get("exact"),
+                                       "ci": [v[method].get("ci_low"), v[method].get("ci_high")]}
+                                   for s, v in al["item"].items()}
     for c, r in (res.get("rank_stability") or {}).items():
         if r:
             f = r["top1_flips"]
@@ -145,7 +152,8 @@ def _position_cells(v: dict) -> dict:
             "direction": v["label"] + (f" ({fav})" if fav else "")}
 
 
-def _budget_cells(v: dict) -> dict:
+def _budget_cells(v: dict, al: dict | None = None) -> dict:
+    """The budget rows of one criterion; ``al``: its alignment numbers (FIXED(1)'s bootstrap CI)."""
     k, out = v["k_max"], {}
     gains = []
     for s in ("random", "balanced"):
@@ -161,13 +169,27 @@ def _budget_cells(v: dict) -> dict:
     out["bvr"] = " / ".join(_mc(d[j], se[j] if j < len(se) else None, ex[j] if j < len(ex) else False)
                             for j in sorted({0, 2, k - 1}) if j < len(d))
     cur = v["curves"]
-    out["human"] = " / ".join([_f((cur.get("fixed") or [None])[0]),
+    out["human_k"] = _human_by_k(v)
+    ci = ((al or {}).get("fixed") or {}).get("ci") or [None, None]
+    fixed_ci = f" [{_f(ci[0])}, {_f(ci[1])}]" if None not in ci else ""
+    out["human"] = " / ".join([_f((cur.get("fixed") or [None])[0]) + fixed_ci,
                                _mc((cur.get("random") or [None])[0], se[0] if se else None, ex[0] if ex else False,
                                    "{:.2f}"),
                                _mc((cur.get("random") or [None])[-1], se[-1] if se else None, ex[-1] if ex else False,
                                    "{:.2f}"),
                                _f((cur.get("balanced") or [None])[-1])]) + f" (K={k})"
     return out
+
+
+def _human_by_k(v: dict, ks=(1, 3, 5)) -> str:
+    """r of BALANCED(K) and RANDOM(K) at K = 1, 3, 5 and Kmax (those the curves reach)."""
+    cur, k_max = v["curves"], v["k_max"]
+    se, ex = v["curves_se"].get("random") or [], v["curves_exact"].get("random") or []
+    at = [k for k in ks if k < k_max] + [k_max]
+    bal = " / ".join(_f((cur.get("balanced") or [None] * k_max)[k - 1]) for k in at)
+    rnd = " / ".join(_mc((cur.get("random") or [None] * k_max)[k - 1], se[k - 1] if k - 1 < len(se) else None,
+                         ex[k - 1] if k - 1 < len(ex) else False, "{:.2f}") for k in at)
+    return f"K = {' / '.join(map(str, at))}: B {bal}; R {rnd}"
 
 
 def _flip_cells(v: dict) -> dict:
@@ -230,7 +252,7 @@ def findings(studies: dict, numbers: str = "numbers") -> list[dict]:
                     add(key, s, c, text)
         if s in HUMAN:
             for c, v in nums["budget"].items():
-                for key, text in _budget_cells(v).items():
+                for key, text in _budget_cells(v, (nums.get("alignment") or {}).get(c)).items():
                     add(key, s, c, text)
         for c, v in (nums.get("criterion_spread") or {}).items():
             add("criterion", s, c, f"{_f(v['spread'])} [{_f(v['ci_low'])}, {_f(v['ci_high'])}] "

@@ -19,7 +19,8 @@ between orderings, pairwise swap consistency, and the cost (forward calls, trie 
 Prints one comparison table per data set and writes ``benchmarks/results/paradigms.json`` (``paradigms_quick``
 with --quick: 2 groups of 3 items of the first data set; ``paradigms_summeval`` for ``--datasets summeval``)
 with the machine, the settings and every comparison; score tables and plots go to
-``benchmarks/results/paradigms[_quick]/``, and a rerun reuses the tables.
+``benchmarks/results/paradigms[_quick]/``, and a rerun reuses the tables. Another ``--model`` adds its name to
+both (``paradigms_qwen2.5-coder-1.5b-instruct``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ def main(argv=None) -> int:
         datasets, args.groups, args.per_group = datasets[:1], 2, 3
     if args.threads != "auto":
         args.threads = int(args.threads)
-    name = "paradigms_quick" if args.quick else "paradigms"
+    sys.path.insert(0, str(ROOT))
+    from judge_model import run_tag  # the benchmarks' helper beside this file
+
+    name = run_tag("paradigms_quick" if args.quick else "paradigms", args.model)
     json_name = name if datasets == ["hanna", "summeval"][:len(datasets)] else f"{name}_{'_'.join(datasets)}"
     folder = ROOT / "results" / name
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,10 @@ throughput measured on this machine first (a few seconds; or ``--tokens-per-s``)
 smoke version of a few minutes at most: one small group per data set, 4 random orderings on MT-Bench.
 
     python benchmarks/reproduce.py [--quick] [--minutes 25] [--threads auto] [--data-dir ../shared/data]
+                                   [--model gemma-3-270m|qwen2.5-coder-1.5b-instruct|FILE.gguf|ollama:NAME|ID]
 
-Writes ``benchmarks/results/reproduce.json`` (``reproduce_quick.json`` with --quick) and prints the study table
+Writes ``benchmarks/results/reproduce.json`` (``reproduce_quick.json`` with --quick; another ``--model`` adds its
+name: ``reproduce_qwen2.5-coder-1.5b-instruct.json``) and prints the study table
 (:mod:`findings`: one row per quantity, one column per study, notes under it) - the table of docs/study.md. Reports and
 score tables go to ``benchmarks/results/reproduce[_quick]/<study>/``; a rerun reuses them.
 """
@@ -45,7 +47,9 @@ from logitjudge.experiment import prepare, run_experiment
 from logitjudge.stats import jsonable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from findings import extract, findings, markdown, skipped  # noqa: E402 - the study table, a module of its own
+from findings import STUDIES, extract, findings, markdown, skipped  # noqa: E402 - the study table, a module of its own
+from judge_model import DEFAULT as DEFAULT_MODEL  # noqa: E402
+from judge_model import run_tag  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 MT_MODELS = ["alpaca-13b", "claude-v1", "gpt-3.5-turbo", "gpt-4", "llama-13b", "vicuna-13b-v1.3"]
@@ -262,16 +266,22 @@ def main(argv=None) -> int:
                          "depends on the flags alone, the same on a busy machine")
     ap.add_argument("--threads", default="auto",
                     help="torch CPU threads, or auto: the fastest of 1..cores measured first (default)")
-    ap.add_argument("--model", default="gemma-3-270m")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--no-multi", action="store_true", help="skip the multi-criteria study")
+    ap.add_argument("--studies", default=None,
+                    help="comma-separated subset of hanna,hanna_all,summeval,mt_bench,hanna_multi (default: all); "
+                         "the time budget is shared among these")
     ap.add_argument("--n-boot", type=int, default=None, help="bootstrap resamples (default 1000, --quick 200)")
     ap.add_argument("--json", default=None, help="output JSON (default benchmarks/results/reproduce[_quick].json)")
     ap.add_argument("--table-only", action="store_true",
                     help="no scoring: re-analyse the tables of the last run (its JSON) and print the study table")
     args = ap.parse_args(argv)
+    chosen = set(args.studies.split(",")) if args.studies else set(STUDIES)
+    if chosen - set(STUDIES):  # before the model loads
+        ap.error(f"--studies {sorted(chosen - set(STUDIES))}: the studies are {', '.join(STUDIES)}")
+    tag = run_tag("reproduce_quick" if args.quick else "reproduce", args.model)
     if args.table_only:
-        tag = "reproduce_quick" if args.quick else "reproduce"
         return table_only(Path(args.json) if args.json else ROOT / "results" / f"{tag}.json", args.data_dir)
     import torch
 
@@ -279,7 +289,6 @@ def main(argv=None) -> int:
 
     if args.threads != "auto":
         torch.set_num_threads(int(args.threads))
-    tag = "reproduce_quick" if args.quick else "reproduce"
     minutes = args.minutes if args.minutes is not None else (2.0 if args.quick else 25.0)
     n_boot = args.n_boot if args.n_boot is not None else (200 if args.quick else 1000)
     out = ROOT / "results" / tag
@@ -293,8 +302,11 @@ def main(argv=None) -> int:
     record: dict = {"model": args.model, "quick": args.quick, "minutes": minutes, "threads": threads,
                     "studies": {}}
     if args.no_multi:
-        studies.pop("hanna_multi")
-        record["studies"]["hanna_multi"] = {"skipped_reason": "--no-multi"}
+        chosen.discard("hanna_multi")
+    for name in [n for n in studies if n not in chosen]:
+        studies.pop(name)
+        record["studies"][name] = {"skipped_reason": "--no-multi" if name == "hanna_multi" and args.no_multi
+                                   else "not in --studies"}
     probes, per_item = probe(lm, studies, args.data_dir)
     tps = args.tokens_per_s or measure_tokens_per_s(lm, next(iter(probes.values())))
     usable = minutes * 60 * 0.85  # 15% for loading, analysis and reports

@@ -54,9 +54,10 @@ from .base import Backend
 # set to another (a registered function of its own) may add what no config declares, and is refused
 STANDARD_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 PACK_MAX_BYTES = 2 << 30  # oneDNN-packed copies of the projection weights are made up to this size (CPU)
-# rows x tokens per call of the native step on CPU: beyond it the (rows, 2 I) MLP activations spill from the caches
-# and the packed GEMMs slow down. benchmarks/breakdown.py --batch-tokens, 8x350 on an AMD EPYC Zen 4, 2 threads:
-# Qwen2.5-Coder-0.5B 42.3 s at 4096 tokens per call against 37.5 s at 1024, gemma-3-270m 11.5 s against 11.8 s
+# rows x tokens per call of the native step on CPU: larger calls hold (rows, 2 I) MLP activations far beyond the
+# caches and the packed GEMMs slow down. 8x350, fp32, AMD EPYC Zen 4, 2 threads, 4096 against 1024 tokens per call
+# (benchmarks/batch_tokens.py measures it): Qwen2.5-Coder-0.5B 42.3 s against 37.5 s, gemma-3-270m 11.5 s against
+# 11.8 s, Qwen2.5-Coder-1.5B 153.2 s against 151.6 s (2048: 142.6 s, one round): never slower within the noise
 CPU_BATCH_TOKENS = 1024
 ACTIVATIONS = {"gelu_tanh": ("gelu", "tanh"), "silu": ("swish", "")}  # the gate's oneDNN post-op and algorithm
 
