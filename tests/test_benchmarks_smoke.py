@@ -149,8 +149,7 @@ def test_prefix_cache_peer_equals_plain(workloads, tiny_lm, name):
     assert stats["tokens"] < sum(len(c) for _, c in contexts)  # the prefix ran once per item, not once per row
 
 
-def test_floor_from_config_hand_checked():
-    """benchmarks/judge_model.py: a judge's matmul shapes and FLOP floor inputs from its config, hand-checked."""
+def _judge_model():
     spec = importlib.util.spec_from_file_location("benchmarks_judge_model", ROOT / "benchmarks" / "judge_model.py")
     jm = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = jm  # dataclasses look their module up there
@@ -158,6 +157,34 @@ def test_floor_from_config_hand_checked():
         spec.loader.exec_module(jm)
     finally:
         sys.modules.pop(spec.name, None)
+    return jm
+
+
+def test_default_judge_resolves_to_its_checkpoint_and_gguf():
+    """``peers.py`` without ``--model``: the built-in's converted folder for transformers and logitjudge, and the
+    GGUF it was converted from (assembled from its packages, sha256-checked) for llama.cpp; a second judge's
+    benchmark results are named after it."""
+    import hashlib
+
+    from logitjudge.judges import BUILTINS
+
+    jm = _judge_model()
+    j = jm.resolve(None)
+    assert (j.arg, j.load) == ("gemma-3-270m", "gemma-3-270m") and Path(j.checkpoint, "config.json").is_file()
+    h = hashlib.sha256()
+    with open(j.gguf, "rb") as f:
+        for block in iter(lambda: f.read(8 << 20), b""):
+            h.update(block)
+    assert h.hexdigest() == BUILTINS["gemma-3-270m"].sha256
+    assert jm.run_tag("reproduce", None) == jm.run_tag("reproduce", "gemma-3-270m") == "reproduce"
+    assert jm.run_tag("paradigms", "qwen2.5-coder-1.5b-instruct") == "paradigms_qwen2.5-coder-1.5b-instruct"
+    assert jm.run_tag("reproduce", "/x/My Judge.gguf") == "reproduce_My-Judge"
+    assert jm.run_tag("reproduce", "ollama:qwen2.5:1.5b") == "reproduce_ollama-qwen2.5-1.5b"
+
+
+def test_floor_from_config_hand_checked():
+    """benchmarks/judge_model.py: a judge's matmul shapes and FLOP floor inputs from its config, hand-checked."""
+    jm = _judge_model()
     cfg = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 12, "num_attention_heads": 4,
            "num_key_value_heads": 2, "num_hidden_layers": 3, "vocab_size": 100, "max_position_embeddings": 64}
     f = jm.floor_facts(cfg)
