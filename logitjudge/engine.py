@@ -21,6 +21,11 @@ from .errors import LogitJudgeError
 from .judge import MODES, ModeError, PrefixKV, backend_for
 from .prompts import EncodedPrompt
 
+# below an item's prefix, trie segments shorter than this run once per branch on a backend that runs one prefix's
+# rows per call (shared, copy): balanced orders otherwise split each item into a call per first option line
+# (13-16 tokens) with two rows each; benchmarks/shared_path.py measures it against the peer that batches them
+PER_PREFIX_MIN_SHARED = 32
+
 
 class EngineError(LogitJudgeError, RuntimeError):
     pass
@@ -76,10 +81,11 @@ class Engine:
     (EngineError). ``token_budget`` bounds
     rows x padded length of one batch. ``min_shared``: shared runs shorter than this (below the item's prefix)
     are recomputed per branch so that their siblings run in one batch: one forward call costs more than a few
-    duplicated tokens.
+    duplicated tokens. None (default): 0 for a backend whose calls mix prefixes (native: a level's segments run
+    together whatever they continue), :data:`PER_PREFIX_MIN_SHARED` for one that runs a prefix's rows per call.
     """
 
-    def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "auto", min_shared: int = 0):
+    def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "auto", min_shared: int | None = None):
         modes = ["auto", *MODES]
         if prefix_mode not in modes:
             raise EngineError(f"unknown prefix_mode {prefix_mode!r}; use one of {modes}")
@@ -94,6 +100,8 @@ class Engine:
         self.mode_meta = self.mode_choice.meta()  # copied into the table's meta
         self.prefix_mode = self.backend.name
         self.token_budget = int(token_budget)
+        if min_shared is None:
+            min_shared = 0 if self.backend.mixes_prefixes else PER_PREFIX_MIN_SHARED
         self.min_shared = int(min_shared)
         # how the GEMMs ran: the native route (fp32, bf16, bf16_upcast, plain) or transformers' modules
         self.gemm_route = self.backend.route

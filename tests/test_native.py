@@ -12,7 +12,7 @@ import torch
 from conftest import fresh_tiny_lm
 from logitjudge_kernels import attention_ref
 
-from logitjudge.engine import Engine, EngineError
+from logitjudge.engine import PER_PREFIX_MIN_SHARED, Engine, EngineError
 from logitjudge.judge.backends.native_gemma3 import NativeGemma3, attend_selected, native_support
 from logitjudge.judge.prefix import PrefixKV
 from logitjudge.models import LoadedModel
@@ -230,11 +230,18 @@ def test_levels_run_as_one_batch_each_across_parents():
     def depth(nodes):
         return 1 + max((depth(n.children) for n in nodes if n.children), default=0)
 
-    native, hf = Engine(lm, prefix_mode="native"), Engine(lm, prefix_mode="shared")
+    native, hf = Engine(lm, prefix_mode="native"), Engine(lm, prefix_mode="shared", min_shared=0)
     a, b = native.prompt_logprobs([g])[0], hf.prompt_logprobs([g])[0]
     assert depth(roots) <= native.stats["forward_calls"] < hf.stats["forward_calls"]
     assert native.stats["tokens"] == count_tokens(roots) <= native.stats["padded_tokens"]
     assert max(np.abs(x - y).max() for x, y in zip(a, b)) < 5e-5
+    # by default the per-prefix path runs short segments once per branch instead: fewer calls, a few more tokens
+    hf_auto = Engine(lm, prefix_mode="shared")
+    c = hf_auto.prompt_logprobs([g])[0]
+    assert native.min_shared == 0 and hf_auto.min_shared == PER_PREFIX_MIN_SHARED
+    assert hf_auto.stats["forward_calls"] < hf.stats["forward_calls"]
+    assert hf_auto.stats["tokens"] > hf.stats["tokens"] == count_tokens(roots)
+    assert max(np.abs(x - y).max() for x, y in zip(b, c)) < 1e-5
 
 
 def test_prefix_chain_layers_and_truncation():
