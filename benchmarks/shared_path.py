@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -77,13 +76,9 @@ def main(argv=None) -> int:
     fns = runners(lm, wl.groups, args.min_shared.split(","))
     for fn in fns.values():  # warm-up on the first text's first two prompts is not enough for oneDNN/MKL: one run
         fn()
-    best, info = dict.fromkeys(fns, float("inf")), {}
-    for _ in range(args.repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            got, calls, toks = fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-            info[name] = (calls, toks, np.concatenate([np.exp(lp) for g in got for lp in g]))
+    best, last = workloads.best_of_interleaved(fns, args.repeats)
+    info = {name: (calls, toks, np.concatenate([np.exp(lp) for g in got for lp in g]))
+            for name, (got, calls, toks) in last.items()}
     ref = info["hf-prefix-cache"][2]
     cpu = describe_cpu(cpu_info())
     print(f"# {args.workload}, {args.model}, fp32, {args.threads} threads, best of {args.repeats} interleaved "

@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,6 +159,19 @@ class Workload:
                                                                                    p.continuation_ids],
                              "prompt_text": p.prompt_text, "continuations": list(p.continuations)}
                             for p in g] for g in self.groups]}
+
+
+def best_of_interleaved(fns: dict, repeats: int) -> tuple[dict, dict]:
+    """Time each ``fns[name]()`` once per round, the names interleaved over ``repeats`` rounds (other load on the
+    machine only slows a run down; interleaving spreads it over the methods): per name the best seconds and the
+    last run's return value."""
+    best, last = dict.fromkeys(fns, float("inf")), {}
+    for _ in range(max(1, repeats)):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            last[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best, last
 
 
 def groups_from_json(d: dict) -> list[list[EncodedPrompt]]:

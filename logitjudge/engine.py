@@ -192,9 +192,9 @@ class Engine:
         ones, so a much shorter row starts a new batch. Rows continuing different prefixes share a batch only
         where the forward takes several prefixes (native mode)."""
         pools = [entries] if self.backend.mixes_prefixes else _by_prefix(entries)
+        budget = min(self.token_budget, self.backend.batch_tokens or self.token_budget)
         for pool in pools:
             order = sorted(pool, key=lambda e: -len(e[1].tokens))
-            budget = min(self.token_budget, self.backend.batch_tokens or self.token_budget)
             start = 0
             while start < len(order):
                 width = len(order[start][1].tokens)

@@ -199,3 +199,15 @@ def test_floor_from_config_hand_checked():
     assert moe["matmul_params"] == 3 * (192 + 32 + 288) and moe["layer_windows"] == [16, None, 16]
     # Qwen2 configs carry a sliding window they do not use
     assert jm.floor_facts({**cfg, "model_type": "qwen2", "sliding_window": 32})["layer_windows"] == [None] * 3
+
+
+def test_best_of_interleaved_keeps_the_fastest_round_and_the_last_value(workloads, monkeypatch):
+    """benchmarks/workloads.py: the names run interleaved, once per round; per name the best time and the last
+    run's value (a clock that advances by a scripted amount per call, so the best is known)."""
+    ticks = iter([0.0, 5.0, 5.0, 6.0, 6.0, 8.0, 8.0, 20.0])  # a: 5 then 2 s, b: 1 then 12 s
+    monkeypatch.setattr(workloads.time, "perf_counter", lambda: next(ticks))
+    calls = []
+    fns = {"a": lambda: calls.append("a") or len(calls), "b": lambda: calls.append("b") or len(calls)}
+    best, last = workloads.best_of_interleaved(fns, 2)
+    assert calls == ["a", "b", "a", "b"]
+    assert best == {"a": 2.0, "b": 1.0} and last == {"a": 3, "b": 4}
