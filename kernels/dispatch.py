@@ -34,6 +34,7 @@ import hashlib
 import json
 import logging
 import os
+import statistics
 import threading
 import time
 import weakref
@@ -250,7 +251,12 @@ class Kernel:
     ``work(*args, **kw)`` -> nominal work (FLOPs or bytes, ``unit``) for the rates; ``sample(*args, **kw)`` ->
     (args, kw) of a cheaper call of the same bucket to measure on (default: the call itself); ``exact(*args,
     **kw)`` -> the float64 ground truth of the same call (its floating tensors are given as float64), by which an
-    fp32 candidate is judged like for like (:data:`EXACT_MULTIPLE`); None: ``tolerance`` against the reference."""
+    fp32 candidate is judged like for like (:data:`EXACT_MULTIPLE`); None: ``tolerance`` against the reference.
+    ``repeats`` / ``measure_seconds``: the timed rounds per candidate (at least 2) and about how long they may
+    take, for kernels whose candidates differ by less than a noisy machine's spread between runs; ``typical``:
+    the median of the rounds decides instead of the minimum, for candidates that differ in how much other load
+    on the machine slows them (a GEMM whose working set outgrows its share of a shared cache), where the fastest
+    run alone would pick the one that is fastest only when the machine is quiet."""
 
     name: str
     candidates: list[Candidate]
@@ -262,6 +268,9 @@ class Kernel:
     unit: str = "GFLOP/s"
     sample: Callable | None = None
     exact: Callable | None = None
+    repeats: int = REPEATS  # timed rounds per candidate (at least 2), within about measure_seconds
+    measure_seconds: float = MEASURE_SECONDS
+    typical: bool = False  # the median of the timed rounds decides instead of the minimum
     _memo: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -309,31 +318,34 @@ class Kernel:
         return pick, bucket, {**memo, "refused": refused} if refused else memo
 
     def measure(self, usable: list[Candidate], args: tuple, kw: dict) -> dict:
-        """Time each usable candidate (interleaved, minimum of the repeats) on the call or its ``sample``; the
-        fastest one within tolerance of the reference wins."""
+        """Time each usable candidate (interleaved rounds, the order reversed every other round; the minimum of
+        its runs, or the median of its timed rounds where ``typical``) on the call or its ``sample``; the fastest
+        one within tolerance of the reference wins."""
         s_args, s_kw = self.sample(*args, **kw) if self.sample else (args, kw)
         ref = self.candidate(self.reference)
         truth = ref.fn(*s_args, **s_kw)
         judge = self._judge(truth, s_args, s_kw)
-        best, not_exact, errors = {}, {}, {}
+        runs, not_exact, errors = {}, {}, {}
         t_start = time.perf_counter()
         for c in usable:  # warm-up and the exactness check
             t0 = time.perf_counter()
             out = truth if c is ref else c.fn(*s_args, **s_kw)
-            best[c.name] = time.perf_counter() - t0 if c is not ref else float("inf")
+            runs[c.name] = [] if c is ref or self.typical else [time.perf_counter() - t0]
             if c is not ref:
                 err, why = judge(out)
                 errors[c.name] = float(f"{err:.3g}")
                 if why:
                     not_exact[c.name] = why
         timed = [c for c in usable if c.name not in not_exact]
-        for i in range(REPEATS):
-            if i >= 2 and time.perf_counter() - t_start > MEASURE_SECONDS:
+        for i in range(self.repeats):
+            if i >= 2 and time.perf_counter() - t_start > self.measure_seconds:
                 break
-            for c in timed:
+            for c in (timed if i % 2 == 0 else timed[::-1]):
                 t0 = time.perf_counter()
                 c.fn(*s_args, **s_kw)
-                best[c.name] = min(best[c.name], time.perf_counter() - t0)
+                runs[c.name].append(time.perf_counter() - t0)
+        pick = statistics.median if self.typical else min
+        best = {n: pick(ts) for n, ts in runs.items() if ts}
         work = float(self.work(*s_args, **s_kw))
         rates = {n: work / t / 1e9 if t > 0 else float("inf") for n, t in best.items() if n not in not_exact}
         choice = min(rates, key=lambda n: best[n])
@@ -341,7 +353,8 @@ class Kernel:
             log.warning("%s: %s is not exact here (%s); it is not used", self.name, name, why)
         decision = {"choice": choice, "why": "measured fastest", "unit": self.unit,
                     "rates": {n: float(f"{r:.4g}") for n, r in rates.items()},
-                    "seconds": {n: best[n] for n in rates}, "not_exact": not_exact, "errors": errors,
+                    "seconds": {n: best[n] for n in rates}, "statistic": "median" if self.typical else "min",
+                    "not_exact": not_exact, "errors": errors,
                     "load": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
                     "provisional": busy(),
                     "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

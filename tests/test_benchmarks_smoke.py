@@ -211,3 +211,28 @@ def test_best_of_interleaved_keeps_the_fastest_round_and_the_last_value(workload
     best, last = workloads.best_of_interleaved(fns, 2)
     assert calls == ["a", "b", "a", "b"]
     assert best == {"a": 2.0, "b": 1.0} and last == {"a": 3, "b": 4}
+
+
+def test_mlp_rows_benchmark_times_every_variant_on_a_judges_shapes(tmp_path, monkeypatch):
+    """benchmarks/mlp_rows.py on a judge folder holding only a config: each row count's variants (whole, and the
+    block sizes that apply to its bucket), the dispatcher's choice for it, and the JSON. No timing asserted."""
+    import json
+
+    monkeypatch.setenv("LOGITJUDGE_KERNEL_CACHE", str(tmp_path / "kernels"))
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    (judge / "config.json").write_text(json.dumps(
+        {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100, "hidden_act": "silu"}))
+    spec = importlib.util.spec_from_file_location("benchmarks_mlp_rows", ROOT / "benchmarks" / "mlp_rows.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "mlp_rows.json"
+    assert mod.main(["--model", str(judge), "--rows", "200,300,600", "--rounds", "2", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert (got["d"], got["intermediate"], got["activation"]) == (32, 48, "silu")
+    seen = [sorted(r["gflops_median"]) for r in got["rows"]]
+    assert seen == [["whole"], ["blocks of 256", "whole"], sorted(["whole", "blocks of 512", "blocks of 384",
+                                                                   "blocks of 256"])]
+    assert all(r["speedup_vs_whole_median_paired"]["whole"] == 1.0 for r in got["rows"])
+    assert got["rows"][0]["dispatcher_choice"] == "whole"  # one candidate: nothing measured

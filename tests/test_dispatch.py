@@ -115,6 +115,37 @@ def test_the_switch_forces_the_c_kernel_or_the_first_other(cache, monkeypatch, s
     assert set(calls) == {expected}
 
 
+@pytest.mark.parametrize("repeats", [2, 7])
+def test_a_kernel_sets_its_own_timed_rounds(cache, repeats):
+    """``repeats``: each candidate is timed that many rounds (after one untimed run, the exactness check) when they
+    fit in ``measure_seconds``; the reference's first run is its exactness truth."""
+    k, calls = _kernel(f"toy_rounds_{repeats}", repeats=repeats, measure_seconds=60.0)
+    decision = k.measure([k.candidate("ref"), k.candidate("fast")], (torch.randn(300, 64),), {})
+    assert calls == {"ref": 1 + repeats, "fast": 1 + repeats} and set(decision["rates"]) == {"ref", "fast"}
+    assert decision["statistic"] == "min"
+
+
+def test_a_typical_kernel_decides_by_the_median_round(cache, monkeypatch):
+    """``typical``: the median of the timed rounds decides, so a candidate that is fastest only in one quiet
+    round (here: 1 of 5) loses to one that is faster in most rounds; the default (minimum) would pick it."""
+    ticks = {"steady": iter([0.0] + [2.0] * 5), "lucky": iter([0.0, 1.0] + [3.0] * 4)}  # warm-up, 5 rounds
+    clock = [0.0]
+
+    def timed(name):
+        def run(x):
+            clock[0] += next(ticks[name])
+            return x * 2
+        return run
+
+    monkeypatch.setattr(dispatch.time, "perf_counter", lambda: clock[0])
+    cands = [Candidate("steady", timed("steady")), Candidate("lucky", timed("lucky"))]
+    k = Kernel("toy_typical", cands, reference="steady", bucket=lambda x: "any", error=max_abs,
+               tolerance=scaled_tolerance(1e-6), work=lambda x: 1, repeats=5, measure_seconds=1e9, typical=True)
+    decision = k.measure(cands, (torch.ones(3),), {})
+    assert decision["choice"] == "steady" and decision["statistic"] == "median"
+    assert decision["seconds"] == {"steady": 2.0, "lucky": 3.0}
+
+
 def test_a_refused_candidate_is_not_run_and_says_why(cache):
     cands = [Candidate("torch", lambda x: x * 2),
              Candidate("C", lambda x: pytest.fail("ran a refused candidate"), lambda x: "no soft-capping here",

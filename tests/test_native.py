@@ -86,9 +86,9 @@ def test_fused_weights_are_views_and_model_still_runs():
 def bf16_route(request, monkeypatch):
     """Each bf16 GEMM route of the native path, whatever this CPU measured faster (logitjudge.autodtype)."""
     import logitjudge.autodtype as ad
-    from logitjudge.judge.backends.native_common import _bf16_gemms_available, _packing_available
+    from logitjudge.judge.backends.native_gemms import _bf16_gemms_available, packing_available
 
-    if not _packing_available() or (request.param == "bf16" and not _bf16_gemms_available()):
+    if not packing_available() or (request.param == "bf16" and not _bf16_gemms_available()):
         pytest.skip(f"route {request.param} needs oneDNN{' with bf16 GEMMs' if request.param == 'bf16' else ''}")
     monkeypatch.setattr(ad, "bf16_route", lambda device="cpu": request.param)
     return request.param
@@ -122,9 +122,9 @@ def test_bf16_upcast_route_is_the_fp32_path_on_bf16_rounded_weights(monkeypatch)
     """The bf16_upcast route computes exactly what the fp32 path computes on the bf16-rounded weights (same
     packed fp32 GEMMs, fp32 activations), including the pruned last layer and the captured keys/values."""
     import logitjudge.autodtype as ad
-    from logitjudge.judge.backends.native_common import _packing_available
+    from logitjudge.judge.backends.native_gemms import packing_available
 
-    if not _packing_available():
+    if not packing_available():
         pytest.skip("no oneDNN packing")
     monkeypatch.setattr(ad, "bf16_route", lambda device="cpu": "bf16_upcast")
     lm = fresh_tiny_lm(softcap=None)
@@ -266,3 +266,54 @@ def test_prefix_chain_layers_and_truncation():
     assert grand.truncate(4) is root and grand.truncate(7) is child
     with pytest.raises(ValueError, match="cannot truncate"):
         grand.truncate(10)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("pack", [True, False])
+@torch.inference_mode()
+def test_mlp_row_blocks_compute_every_row_as_the_whole_call(act, pack):
+    """Each row-block candidate of the MLP is as exact as the whole call against the float64 truth (the
+    dispatcher's like-for-like rule), blocks that do not divide the rows included (700 rows in blocks of at most
+    256, 384, 512)."""
+    from logitjudge_kernels.dispatch import EXACT_MULTIPLE
+
+    from logitjudge.judge.backends import native_gemms as ng
+
+    if pack and not ng.packing_available():
+        pytest.skip("no oneDNN packing")
+    g = torch.Generator().manual_seed(0)
+    d, inter = 48, 80
+    mlp = ng.GatedMLP(torch.randn(2 * inter, d, generator=g) / d ** 0.5, pack, act=act)
+    down = ng.Weight(torch.randn(d, inter, generator=g) / inter ** 0.5, pack)
+    h = torch.randn(700, d, generator=g) * 3
+    truth = ng.mlp_exact(mlp, down, h.double())
+    whole = ng.mlp_whole(mlp, down, h)
+    tol = EXACT_MULTIPLE * max((whole.double() - truth).abs().max().item(), torch.finfo(torch.float32).eps)
+    for rows in ng.MLP_ROW_BLOCKS:
+        got = ng.MLP_DOWN.candidate(f"blocks of {rows}").fn(mlp, down, h)
+        assert got.shape == whole.shape and got.dtype == whole.dtype
+        assert (got.double() - truth).abs().max().item() <= tol, rows
+    assert torch.equal(ng.mlp_down(mlp, down, h.view(7, 100, d)), ng.MLP_DOWN(mlp, down, h).view(7, 100, d))
+
+
+def test_mlp_row_blocks_apply_per_bucket_of_rows():
+    """A block size applies where every call of the bucket has more rows than it (so a bucket always measures the
+    same candidates), and only on CPU."""
+    from logitjudge.judge.backends import native_gemms as ng
+
+    mlp = ng.GatedMLP(torch.randn(16, 8), False, act="silu")
+    down = ng.Weight(torch.randn(8, 8), False)
+
+    def applies(rows, device="cpu"):
+        h = torch.empty(rows, 8, device=device)
+        return [r for r in ng.MLP_ROW_BLOCKS if ng.MLP_DOWN.candidate(f"blocks of {r}").refusal(mlp, down, h) is None]
+
+    assert applies(256) == [] and applies(200) == []
+    assert applies(257) == applies(384) == [256]
+    assert applies(385) == applies(512) == [384, 256]
+    assert applies(513) == applies(1024) == applies(4000) == [512, 384, 256]
+    assert ng.MLP_DOWN.bucket(mlp, down, torch.empty(860, 8)) == "rows 769-896, d 8, I 8, float32, plain"
+    assert ng.MLP_DOWN.bucket(mlp, down, torch.empty(100, 8)) == "rows 65-128, d 8, I 8, float32, plain"
+    assert ng.MLP_DOWN.bucket(mlp, down, torch.empty(1, 8)).startswith("rows 1, ")
+    assert applies(1024, "meta") == []
+    assert "CPU" in ng.MLP_DOWN.candidate("blocks of 256").refusal(mlp, down, torch.empty(600, 8, device="meta"))

@@ -6,13 +6,10 @@ convention, the activation of the gated MLP, q/k norms, biases, sliding windows 
 made. The same math as transformers' modules (the parity tests hold each family to the plain path), in fewer
 and larger kernels, because on a CPU the time goes to GEMMs and to the passes over memory between them:
 
-* q/k/v and gate/up run as one GEMM each; the model's own ``nn.Linear`` weights become views into the fused
-  matrices (Phi-3 ships them fused), so no memory is added and the model still runs unchanged through
-  transformers;
-* on CPU in fp32 and bf16 the projection weights are also kept pre-packed for oneDNN (no per-call re-layout),
-  and the gate GEMM applies the activation (GELU-tanh or SiLU) and the up GEMM the product in oneDNN's
-  epilogues; bf16 weights are packed for the CPU's bf16 GEMMs, or as fp32 copies run on the fp32 FMA units where
-  those are faster (measured once per CPU, :func:`gemm_route`);
+* the projections (:mod:`.native_gemms`): q/k/v and gate/up as one GEMM each (Phi-3 ships them fused), on CPU
+  pre-packed for oneDNN with the gated MLP's activation and product in the GEMM epilogues; bf16 weights packed
+  for the CPU's bf16 GEMMs, or as fp32 copies on the fp32 FMA units where those are faster (:func:`gemm_route`);
+  the MLP in row blocks where that measured faster (:func:`~.native_gemms.mlp_down`);
 * on CPU the passes between GEMMs are fused C row kernels (``logitjudge_kernels.cpu_norm``: q/k norm + RoPE, or
   RoPE alone, written in the attention layout; the residual add + the next norm in one pass) and attention is
   a C kernel (``logitjudge_kernels.cpu_attention``), each chosen by measurement against its PyTorch
@@ -49,6 +46,10 @@ from ...errors import ModeError
 from ..hooks import attention_probs, parse_hook
 from ..prefix import PrefixKV
 from .base import Backend
+from .native_gemms import GatedMLP, Weight, fuse, gemm_route, mlp_down, packing_available
+
+__all__ = ["CPU_BATCH_TOKENS", "GatedMLP", "Layer", "NativeBackend", "NativeStep", "Weight", "attend_selected", "fuse",
+           "gemm_route", "native_support", "step_for"]
 
 # attention implementations that compute standard softmax attention (what the native step computes); a model
 # set to another (a registered function of its own) may add what no config declares, and is refused
@@ -57,118 +58,10 @@ PACK_MAX_BYTES = 2 << 30  # oneDNN-packed copies of the projection weights are m
 # rows x tokens per call of the native step on CPU: larger calls hold (rows, 2 I) MLP activations far beyond the
 # caches and the packed GEMMs slow down. 8x350, fp32, AMD EPYC Zen 4, 2 threads, 4096 against 1024 tokens per call
 # (benchmarks/batch_tokens.py measures it): Qwen2.5-Coder-0.5B 42.3 s against 37.5 s, gemma-3-270m 11.5 s against
-# 11.8 s, Qwen2.5-Coder-1.5B 153.2 s against 151.6 s (2048: 142.6 s, one round): never slower within the noise
+# 11.8 s, Qwen2.5-Coder-1.5B 153.2 s against 151.6 s (2048: 142.6 s, one round): never slower within the noise.
+# With the MLP in row blocks (native_gemms.mlp_down), Zen 5, Qwen 0.5B: 2048 23.82 s, 1536 23.73 s, 1024 23.56 s
+# (best of 3 interleaved rounds on a loaded machine): larger calls no longer lose, nor gain
 CPU_BATCH_TOKENS = 1024
-ACTIVATIONS = {"gelu_tanh": ("gelu", "tanh"), "silu": ("swish", "")}  # the gate's oneDNN post-op and algorithm
-
-
-# ------------------------------------------------------------------------------------------------ GEMMs
-def fuse(linears) -> torch.Tensor:
-    """One (sum of out, in) weight; each module's weight becomes a view into it (no memory added)."""
-    weight = torch.cat([m.weight.detach() for m in linears])
-    start = 0
-    for m in linears:
-        n = m.weight.shape[0]
-        m.weight = torch.nn.Parameter(weight[start:start + n], requires_grad=False)
-        start += n
-    return weight
-
-
-class Weight:
-    """A projection weight (out, in), an optional bias (out,) and, optionally, a oneDNN-packed copy of the
-    weight. Packing once saves the per-call re-layout: 15-25% faster fp32 GEMMs on the shapes of Gemma-3-270M
-    (``benchmarks/peers.py`` prints both rates: ``layer_flops_per_s_by_path`` in its JSON). ``upcast``: a
-    bf16/fp16 weight whose packed copy is fp32 (exactly its values); the GEMM then runs on fp32 FMAs with the
-    input upcast and the output rounded back to the input's dtype: on CPUs whose bf16 dot products are slower
-    than fp32 FMAs (:func:`logitjudge.autodtype.bf16_route`)."""
-
-    __slots__ = ("weight", "bias", "packed", "upcast")
-
-    def __init__(self, weight: torch.Tensor, pack: bool, upcast: bool = False, bias: torch.Tensor | None = None):
-        self.weight, self.bias = weight, bias
-        self.upcast = bool(pack and upcast and weight.dtype != torch.float32)
-        src = weight.float() if self.upcast else weight
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(src, 256) if pack else None
-        if pack and bias is not None:
-            self.bias = bias.float() if self.upcast else bias
-
-    def rows(self, start: int, stop: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Output rows [start, stop) of the weight and bias, in ``dtype`` (the pruned last layer's GEMMs)."""
-        b = None if self.bias is None else self.bias[start:stop].to(dtype)
-        return self.weight[start:stop].to(dtype), b
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
-            return F.linear(x, self.weight, self.bias)
-        x2 = x.reshape(-1, x.shape[-1])
-        out = torch.ops.mkldnn._linear_pointwise(x2.float() if self.upcast else x2, self.packed, self.bias, "none",
-                                                 [], "")
-        return (out.to(x.dtype) if self.upcast else out).view(*x.shape[:-1], self.weight.shape[0])
-
-
-class GatedMLP:
-    """The gated MLP input ``act(x W_gate^T) * (x W_up^T)`` from one fused (2 I, d) weight (gate rows first),
-    ``act`` GELU-tanh (Gemma) or SiLU (Llama, Qwen, Mistral, Phi-3). With packed weights the activation and the
-    product run inside oneDNN's GEMM epilogues (post-ops), while the output tile is in cache, instead of as two
-    more passes over a (rows, 2 I) matrix: 17% faster on 2048 x 640 -> 2 x 2048, and 8x350 in
-    ``benchmarks/engine.py`` went from 14.0 to 13.3 s; the same values (max |diff| 2e-6 at outputs of magnitude
-    20)."""
-
-    __slots__ = ("weight", "gate", "up", "act")
-
-    def __init__(self, weight: torch.Tensor, pack: bool, upcast: bool = False, act: str = "gelu_tanh"):
-        if act not in ACTIVATIONS:
-            raise ModeError(f"activation {act!r} is not one of {sorted(ACTIVATIONS)}")
-        self.weight, self.act = weight, act
-        half = weight.shape[0] // 2
-        self.gate, self.up = Weight(weight[:half], pack, upcast), Weight(weight[half:], pack, upcast)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate.packed is None:
-            gate, up = F.linear(x, self.weight).chunk(2, dim=-1)
-            gate = F.gelu(gate, approximate="tanh") if self.act == "gelu_tanh" else F.silu(gate)
-            return gate.mul_(up)
-        x2 = x.reshape(-1, x.shape[-1])
-        if self.up.upcast:
-            x2 = x2.float()
-        post, algorithm = ACTIVATIONS[self.act]
-        gate = torch.ops.mkldnn._linear_pointwise(x2, self.gate.packed, None, post, [], algorithm)
-        out = torch.ops.mkldnn._linear_pointwise.binary(x2, gate, self.up.packed, None, "mul")
-        if self.up.upcast:
-            out = out.to(x.dtype)
-        return out.view(*x.shape[:-1], self.up.weight.shape[0])
-
-
-def _bf16_gemms_available() -> bool:
-    """oneDNN has native bf16 GEMMs on this CPU (AVX-512 BF16 / AMX); without them oneDNN would emulate."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def _packing_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-
-
-def gemm_route(dtype: torch.dtype, device: torch.device) -> str:
-    """How the native path runs the projections of a model in ``dtype`` on ``device``: "fp32" (oneDNN-packed),
-    "bf16" (packed for the CPU's bf16 GEMMs), "bf16_upcast" (bf16 weights, fp32 packed copies and FMAs: where
-    the CPU's bf16 dot products measured slower, e.g. AVX-512 BF16 without AMX on Intel, or none at all) or
-    "plain" (``F.linear`` on the weights as they are: GPUs, fp16, no oneDNN)."""
-    if device.type != "cpu" or not _packing_available():
-        return "plain"
-    if dtype == torch.float32:  # packed unless plain MKL GEMMs measured faster on this CPU
-        from ...autodtype import fp32_route
-
-        return fp32_route("cpu")
-    if dtype != torch.bfloat16:
-        return "plain"
-    if not _bf16_gemms_available():
-        return "bf16_upcast"
-    from ...autodtype import bf16_route
-
-    return bf16_route("cpu")
 
 
 # ------------------------------------------------------------------------------------------------ the step
@@ -265,7 +158,7 @@ class NativeStep:
             per = 4 if self.route in ("fp32", "bf16_upcast") else w.element_size()  # bytes of a packed element
             size = sum(m.weight.numel() * per for layer in layers for m in self.linears(layer))
             pack = self.route != "plain" and size <= PACK_MAX_BYTES
-        self.packed = bool(pack) and _packing_available()
+        self.packed = bool(pack) and packing_available()
         if not self.packed:
             self.route = "plain"
         self.hook_fns: dict = {}  # the probe's hook points, set by NativeBackend.hooks
@@ -291,7 +184,7 @@ class NativeStep:
         """After attention: output projection, residual (after the post-attention norm where there is one), MLP,
         residual. Returns the new residual stream and its norm with ``w_next`` (the next block's input norm)."""
         x, h = self._residual(x, lw.w_o(attn), lw.ln_post_attn, lw.ln_pre_ff)
-        return self._residual(x, lw.w_down(lw.mlp(h)), lw.ln_post_ff, w_next)
+        return self._residual(x, mlp_down(lw.mlp, lw.w_down, h), lw.ln_post_ff, w_next)
 
     def _hooked_tail(self, i: int, lw: Layer, x: torch.Tensor, attn: torch.Tensor, w_next: torch.Tensor):
         """:meth:`_block_tail` with the hook points of block i: z (the output projection's input), the attention
@@ -304,7 +197,8 @@ class NativeStep:
 
         attn = point(f"blocks.{i}.attn.hook_z", attn)  # (B, S, Hq D)
         x, h = self._residual(x, point(f"blocks.{i}.hook_attn_out", lw.w_o(attn)), lw.ln_post_attn, lw.ln_pre_ff)
-        x, h = self._residual(x, point(f"blocks.{i}.hook_mlp_out", lw.w_down(lw.mlp(h))), lw.ln_post_ff, w_next)
+        mlp_out = point(f"blocks.{i}.hook_mlp_out", mlp_down(lw.mlp, lw.w_down, h))
+        x, h = self._residual(x, mlp_out, lw.ln_post_ff, w_next)
         new = point(f"blocks.{i}.hook_resid_post", x)
         if new is not x:  # a replaced residual stream: the next block's input norm is taken again
             x, h = new, rms_norm(new, w_next, self.eps)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .native_common import GatedMLP, Layer, NativeStep, Weight, attend_selected, fuse, gemm_route, native_support
+from .native_common import Layer, NativeStep, attend_selected, native_support
+from .native_gemms import GatedMLP, Weight, fuse, gemm_route
 
 __all__ = ["MODEL_TYPES", "NativeGemma3", "attend_selected", "gemm_route", "native_support"]
 

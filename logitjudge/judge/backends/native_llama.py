@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from .native_common import GatedMLP, Layer, NativeStep, Weight, fuse
+from .native_common import Layer, NativeStep
+from .native_gemms import GatedMLP, Weight, fuse
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "phi3")
 ROPE_TYPES = ("default", "linear", "llama3")  # static tables of the absolute position: exact with a prefix cache
