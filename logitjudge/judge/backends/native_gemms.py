@@ -9,9 +9,10 @@ measures faster.
 * the MLP (gate/up, then down) of a call's rows runs whole or in blocks of rows (:func:`mlp_down`), whichever
   measured faster for the bucket of row counts on this machine (the kernels' dispatcher,
   ``logitjudge_kernels.dispatch``): its (rows, 2 I) intermediate outgrows the caches as rows grow, and oneDNN's
-  GEMMs then slow down. Qwen2.5-Coder-0.5B (d 896, I 4864), fp32, 2 threads, AMD EPYC Zen 5: the gate/up GEMM
-  at 1024 rows ran at 0.88x its rate at 512 rows and at 2048 rows at 0.74x; gate/up + down at 984 rows, whole
-  against blocks of 256 rows: 12% slower (``benchmarks/mlp_rows.py`` measures it).
+  GEMMs then slow down, the more so the more other tenants load a shared L3. Qwen2.5-Coder-0.5B (d 896,
+  I 4864), fp32, 2 threads, AMD EPYC Zen 5, ``benchmarks/mlp_rows.py`` (paired medians, two runs an hour apart):
+  blocks of 512 rows against the whole call 1.17x / 0.97x at 1024 rows, 1.23x / 1.21x at 2048; blocks of 256 at
+  512 rows 0.94x: which wins depends on the rows and the load, so it is measured.
 """
 
 from __future__ import annotations
