@@ -6,7 +6,7 @@ engine 1.64x faster than fp32 (docs/performance.md); on an Intel Xeon with AVX-5
 oneDNN's bf16 GEMMs run at ~0.57x the fp32 rate and bf16 ran the engine 1.5x slower than fp32.
 So the choice is measured: the GEMM rates of one transformer layer's projections (Gemma-3-270M's shapes, 512
 rows: ~75% of the engine's time is in them, ``benchmarks/breakdown.py``), for each route the native step function
-can take (:mod:`logitjudge.judge.backends.native_gemma3`):
+can take (:func:`logitjudge.judge.backends.native_gemms.gemm_route`):
 
 * ``fp32``: fp32 weights, oneDNN-packed where available;
 * ``bf16``: bf16 weights packed for the CPU's bf16 GEMMs (``vdpbf16ps`` / AMX / ARM BF16 dot products);

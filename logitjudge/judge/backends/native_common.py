@@ -46,10 +46,7 @@ from ...errors import ModeError
 from ..hooks import attention_probs, parse_hook
 from ..prefix import PrefixKV
 from .base import Backend
-from .native_gemms import GatedMLP, Weight, fuse, gemm_route, mlp_down, packing_available
-
-__all__ = ["CPU_BATCH_TOKENS", "GatedMLP", "Layer", "NativeBackend", "NativeStep", "Weight", "attend_selected", "fuse",
-           "gemm_route", "native_support", "step_for"]
+from .native_gemms import GatedMLP, Weight, gemm_route, mlp_down, packing_available
 
 # attention implementations that compute standard softmax attention (what the native step computes); a model
 # set to another (a registered function of its own) may add what no config declares, and is refused
