@@ -57,9 +57,63 @@ static inline vf vexp(vf x) {
     return vsel(under, splat(0.0f), y * (vf)((n + 127) << 23));
 }
 
-/* keys k[0..n) (rows D floats apart) -> panels of NP keys: panel p holds P[d * NP + j] = k[p * NP + j][d] */
+/* In-register transpose of VW vectors (r[i][j] -> r[j][i]) in log2(VW) stages; stage b exchanges, between
+ * rows i and i + b, the elements whose column has bit b set: new r[i][j] = r[i ^ b][j ^ b] where bits b of i and
+ * j differ. Each stage is VW two-source shuffles with constant masks (vpermt2ps on AVX-512). */
+#if VW == 16
+static const vi T_LO[4] = {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+                           {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+                           {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+                           {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}};
+static const vi T_HI[4] = {{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+                           {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+                           {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+                           {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}};
+#define T_STAGES 4
+#elif VW == 8
+static const vi T_LO[3] = {{0, 1, 2, 3, 8, 9, 10, 11}, {0, 1, 8, 9, 4, 5, 12, 13}, {0, 8, 2, 10, 4, 12, 6, 14}};
+static const vi T_HI[3] = {{4, 5, 6, 7, 12, 13, 14, 15}, {2, 3, 10, 11, 6, 7, 14, 15}, {1, 9, 3, 11, 5, 13, 7, 15}};
+#define T_STAGES 3
+#else
+static const vi T_LO[2] = {{0, 1, 4, 5}, {0, 4, 2, 6}};
+static const vi T_HI[2] = {{2, 3, 6, 7}, {1, 5, 3, 7}};
+#define T_STAGES 2
+#endif
+
+static inline void transpose_tile(vf *r) {
+#pragma GCC unroll 4
+    for (int s = 0; s < T_STAGES; s++) {
+        int b = VW >> (s + 1);
+#pragma GCC unroll 16
+        for (int i = 0; i < VW; i++) {
+            if (i & b) continue;
+            vf x = r[i], y = r[i + b];
+            r[i] = __builtin_shuffle(x, y, T_LO[s]);
+            r[i + b] = __builtin_shuffle(x, y, T_HI[s]);
+        }
+    }
+}
+
+/* keys k[0..n) (rows D floats apart) -> panels of NP keys: panel p holds P[d * NP + j] = k[p * NP + j][d].
+ * Full panels move VW x VW tiles through registers (the read-out packs its whole vocabulary every call: the
+ * element-by-element copy took half its time); the last, partial panel and a tail of D % VW go one by one. */
 static inline void pack_keys(const float *k, int64_t n, int64_t D, float *dst) {
-    for (int64_t p = 0; p < (n + NP - 1) / NP; p++) {
+    int64_t full = n / NP, d_vec = D - D % VW;
+    for (int64_t p = 0; p < full; p++) {
+        const float *src = k + p * NP * D;
+        float *P = dst + p * D * NP;
+        for (int64_t d0 = 0; d0 < d_vec; d0 += VW) {
+            vf r[VW];
+#pragma GCC unroll 16
+            for (int j = 0; j < VW; j++) r[j] = ld(src + j * D + d0);
+            transpose_tile(r);
+#pragma GCC unroll 16
+            for (int i = 0; i < VW; i++) st(P + (d0 + i) * NP, r[i]);
+        }
+        for (int64_t j = 0; j < NP; j++)
+            for (int64_t d = d_vec; d < D; d++) P[d * NP + j] = src[j * D + d];
+    }
+    for (int64_t p = full; p < (n + NP - 1) / NP; p++) {
         float *P = dst + p * D * NP;
         for (int64_t j = 0; j < NP; j++) {
             int64_t key = p * NP + j;
