@@ -158,15 +158,22 @@ static inline void qk_tile(const float *const *q, const float *panels, int64_t p
     }
 }
 
-/* exp(row - m) over n columns (a multiple of NP), then zero columns outside [keep0, keep1); returns the sum */
+/* exp(row - m) over n columns (a multiple of NP), columns outside [keep0, keep1) set to zero; returns the sum.
+ * One pass: each vector is exponentiated, masked and added to the lanes' partial sums (the sum's order is the
+ * columns' order within each lane, then the lanes in order). */
 static inline float exp_keep(float *row, int64_t n, float m, int64_t keep0, int64_t keep1) {
-    for (int64_t c = 0; c < n; c += NP) st(row + c, vexp(ld(row + c) - m));
-    keep0 = min64(max64(keep0, 0), n);
-    keep1 = min64(max64(keep1, keep0), n);
-    memset(row, 0, sizeof(float) * keep0);
-    memset(row + keep1, 0, sizeof(float) * (n - keep1));
+    vi lane;
+    for (int k = 0; k < NP; k++) lane[k] = k;
     vf s = {0};
-    for (int64_t c = 0; c < n; c += NP) s += ld(row + c);
+    for (int64_t c = 0; c < n; c += NP) {
+        vf e = vexp(ld(row + c) - m);
+        if (c < keep0 || c + NP > keep1) {  /* an edge vector: zero the columns the row does not see */
+            vi col = lane + (int32_t)c;
+            e = vsel((col >= (int32_t)keep0) & (col < (int32_t)keep1), e, splat(0.0f));
+        }
+        st(row + c, e);
+        s += e;
+    }
     float sum = 0.0f;
     for (int k = 0; k < NP; k++) sum += s[k];
     return sum;
