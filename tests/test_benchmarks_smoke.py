@@ -87,6 +87,34 @@ def test_fma_peak_is_measured_or_explained():
         assert 1e9 < got["flops_per_s"] < 1e14 and got["threads"] == 1
 
 
+def test_floors_use_the_fastest_rate_of_the_whole_run(monkeypatch, capsys):
+    """peers.py measures the matmul rate once more after the last workload and puts every workload's floors at
+    the fastest rate of the run: a first measurement that other load slowed down (here 200 against 400 GFLOP/s)
+    must not lower the bar of the workload printed with it."""
+    spec = importlib.util.spec_from_file_location("benchmarks_peers", ROOT / "benchmarks" / "peers.py")
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    monkeypatch.setattr(peers, "matmul_rate", lambda threads, shapes=None: {"layer_flops_per_s": 400e9})
+    monkeypatch.setattr(peers, "fma_peak", lambda threads: {"flops_per_s": 450e9})
+
+    def rows(rate: float) -> dict:
+        return {"floor": {"seconds": 2e12 / rate, "flops": 2e12}, "floor+attn": {"seconds": 3e12 / rate, "flops": 3e12},
+                "bound": {"seconds": 3e12 / 440e9, "flops": 3e12}, "logitjudge-fp32": {"seconds": 9.0}}
+
+    report = {"matmul": {"layer_flops_per_s": 300e9, "measured_gflops": [200.0, 300.0],
+                         "fma_peak": {"flops_per_s": 440e9}},
+              "workloads": {"8x350": {"peers": rows(200e9)}, "1x2000": {"peers": rows(300e9)}}}
+    peers.final_floors(report, 2, {"layer_shapes": [(8, 8)]})
+    assert report["matmul"]["measured_gflops"] == [200.0, 300.0, 400.0]
+    for w in report["workloads"].values():
+        p = w["peers"]
+        assert p["floor"]["seconds"] == pytest.approx(5.0) and p["floor+attn"]["seconds"] == pytest.approx(7.5)
+        assert p["bound"]["seconds"] == pytest.approx(3e12 / 450e9)
+    out = capsys.readouterr().out
+    assert "200.0, 300.0, 400.0 GFLOP/s; the floors use 400.0" in out
+    assert "8x350: floor incl. attention 15.000 s -> 7.500 s (logitjudge fp32 1.20x of it)" in out
+
+
 def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
     """benchmarks/breakdown.py's timed run: every part of the native step function seen, GEMM FLOPs counted,
     and the wrapped functions restored afterwards."""
