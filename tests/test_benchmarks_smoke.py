@@ -3,6 +3,7 @@ counts, prompt shapes and the token accounting the peers benchmark relies on. No
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import inspect
 import sys
@@ -126,8 +127,13 @@ def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
     wl = workloads.build("1x350", tiny_lm)
     engine = Engine(tiny_lm)
     assert engine.prefix_mode == "native"
+    engine.on_forward = lambda tokens: gc.collect()  # a full collection inside the run, as one comes due
+    callbacks = list(gc.callbacks)
     total, seconds, flops = breakdown.timed_run(engine, wl.groups[:1])
     assert {key: getattr(*key) for key in breakdown.PARTS} == before
+    assert gc.callbacks == callbacks  # the collector's timer is removed again
+    full = breakdown.timed_run.gc["2"]
+    assert full["collections"] >= 1 and 0 < full["seconds"] < total
     step = seconds["step function, total"]
     assert 0 < step <= total
     for label in ("GEMMs: q/k/v, output, down projections", "GEMMs: gate/up with activation x up epilogues",
