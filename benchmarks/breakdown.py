@@ -5,10 +5,10 @@ only) the projections (packed GEMMs; the gated-MLP GEMMs with their GELU or SiLU
 (norm +) RoPE and residual + norm row kernels, attention (shared-prefix and the last layer's
 read positions) and the step function as a whole; the rest of the run (trie, scheduling, the read-out of the
 vocabulary head, Python) is the run minus the step function. Python's cyclic garbage collector is timed too
-(``gc.callbacks``): a full collection traverses every object of the model, tokenizer and transformers (~0.26 s
-for gemma-3-270m on an AMD EPYC Zen 5) and lands in whichever part allocates when it comes due, most often the
-trie build outside the step, in about one run in four; its time is printed under the table (it is inside the
-parts, not one of them). Each part's FLOPs rate is printed where it has one
+(``gc.callbacks``): a full collection traverses every object of the model, tokenizer and transformers (0.36 s
+in a timed run of gemma-3-270m's 8x350 on an AMD EPYC Zen 5) and lands in whichever part allocates when it comes
+due, most often the trie build outside the step, in some runs and not others; its time is printed under the
+table (it is inside the parts, not one of them). Each part's FLOPs rate is printed where it has one
 (GEMMs: 2 x rows x weight size of every call; attention: the trie's (query, key) pairs as in
 benchmarks/peers.py, which the last layer's pruning makes a slight overestimate).
 

@@ -386,12 +386,7 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="peers-"))
     for i, name in enumerate(names):
         if i:  # the floor uses the fastest rate seen: other load on the machine only slows a measurement down
-            again = matmul_rate(args.threads, shapes=facts["layer_shapes"])
-            rate["measured_gflops"].append(again["layer_flops_per_s"] / 1e9)
-            rate["layer_flops_per_s"] = max(rate["layer_flops_per_s"], again["layer_flops_per_s"])
-            if peak:
-                peak = max(peak, fma_peak(args.threads)["flops_per_s"] or 0.0)
-                rate["fma_peak"]["flops_per_s"] = peak
+            peak = measure_again(rate, args.threads, facts)[1]
         wl = workloads.build(name, lm, data_dir=args.data_dir)
         summary = wl.summary()
         wl_path = tmp / f"{name}.json"
@@ -454,26 +449,33 @@ def main(argv=None) -> int:
     return 0
 
 
+def measure_again(rate: dict, threads: int, facts: dict) -> tuple[float, float | None]:
+    """Measure the matmul rate (and the FMA peak, where there is one) again into ``rate`` (the report's
+    "matmul"), keeping the fastest of the run; returns (matmul FLOP/s, FMA peak FLOP/s or None)."""
+    again = matmul_rate(threads, shapes=facts["layer_shapes"])
+    rate["measured_gflops"].append(again["layer_flops_per_s"] / 1e9)
+    rate["layer_flops_per_s"] = max(rate["layer_flops_per_s"], again["layer_flops_per_s"])
+    peak = rate["fma_peak"].get("flops_per_s")
+    if peak:
+        rate["fma_peak"]["flops_per_s"] = peak = max(peak, fma_peak(threads)["flops_per_s"] or 0.0)
+    return rate["layer_flops_per_s"], peak
+
+
 def final_floors(report: dict, threads: int, facts: dict) -> None:
     """Measure the matmul rate (and the FMA peak) once more after the last workload and put every workload's
     floors at the fastest rate of the whole run, printing each floor+attn that moved: a workload's table was
     printed with the fastest rate measured before it, which other tenants' load may have slowed down."""
     rate = report["matmul"]
-    again = matmul_rate(threads, shapes=facts["layer_shapes"])
-    rate["measured_gflops"].append(again["layer_flops_per_s"] / 1e9)
-    rate["layer_flops_per_s"] = best = max(rate["layer_flops_per_s"], again["layer_flops_per_s"])
-    peak = rate["fma_peak"].get("flops_per_s")
-    if peak:
-        rate["fma_peak"]["flops_per_s"] = peak = max(peak, fma_peak(threads)["flops_per_s"] or 0.0)
+    best, peak = measure_again(rate, threads, facts)
     print(f"matmul rate measured {len(rate['measured_gflops'])} times in this run: "
           + ", ".join(f"{g:.1f}" for g in rate["measured_gflops"]) + f" GFLOP/s; the floors use {best / 1e9:.1f}")
     for name, w in report["workloads"].items():
         peers = w["peers"]
+        lj = peers.get("logitjudge-fp32", {}).get("seconds")
         for key, per_s in (("floor", best), ("floor+attn", best), ("bound", peak)):
             if key in peers and per_s:
                 before = peers[key]["seconds"]
                 peers[key]["seconds"] = peers[key]["flops"] / per_s
-                lj = peers.get("logitjudge-fp32", {}).get("seconds")
                 if key == "floor+attn" and abs(peers[key]["seconds"] - before) > 1e-9 * before:
                     print(f"  {name}: floor incl. attention {before:.3f} s -> {peers[key]['seconds']:.3f} s"
                           + (f" (logitjudge fp32 {lj / peers[key]['seconds']:.2f}x of it)" if lj else ""))
