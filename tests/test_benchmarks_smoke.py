@@ -88,6 +88,18 @@ def test_fma_peak_is_measured_or_explained():
         assert 1e9 < got["flops_per_s"] < 1e14 and got["threads"] == 1
 
 
+def test_matmul_rate_has_a_sustained_rate_beside_the_best_repetition():
+    """peers.py's matmul rate: the best repetition per path, and the fastest path repeated back to back for
+    ``sustain_s`` seconds (0: not measured)."""
+    spec = importlib.util.spec_from_file_location("benchmarks_peers", ROOT / "benchmarks" / "peers.py")
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    got = peers.matmul_rate(1, rows=8, reps=3, shapes=[(16, 32), (32, 16)], sustain_s=0.05)
+    assert got["layer_flops_per_s"] == max(got["layer_flops_per_s_by_path"].values()) > 0
+    assert got["sustained_flops_per_s"] > 0 and got["sustain_s"] == 0.05
+    assert peers.matmul_rate(1, rows=8, reps=1, shapes=[(16, 16)], sustain_s=0)["sustained_flops_per_s"] is None
+
+
 def test_floors_use_the_fastest_rate_of_the_whole_run(monkeypatch, capsys):
     """peers.py measures the matmul rate once more after the last workload and puts every workload's floors at
     the fastest rate of the run: a first measurement that other load slowed down (here 200 against 400 GFLOP/s)
@@ -95,7 +107,8 @@ def test_floors_use_the_fastest_rate_of_the_whole_run(monkeypatch, capsys):
     spec = importlib.util.spec_from_file_location("benchmarks_peers", ROOT / "benchmarks" / "peers.py")
     peers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(peers)
-    monkeypatch.setattr(peers, "matmul_rate", lambda threads, shapes=None: {"layer_flops_per_s": 400e9})
+    monkeypatch.setattr(peers, "matmul_rate", lambda threads, shapes=None: {"layer_flops_per_s": 400e9,
+                                                                             "sustained_flops_per_s": 360e9})
     monkeypatch.setattr(peers, "fma_peak", lambda threads: {"flops_per_s": 450e9})
 
     def rows(rate: float) -> dict:
@@ -103,7 +116,8 @@ def test_floors_use_the_fastest_rate_of_the_whole_run(monkeypatch, capsys):
                 "bound": {"seconds": 3e12 / 440e9, "flops": 3e12}, "logitjudge-fp32": {"seconds": 9.0}}
 
     report = {"matmul": {"layer_flops_per_s": 300e9, "measured_gflops": [200.0, 300.0],
-                         "fma_peak": {"flops_per_s": 440e9}},
+                         "sustained_flops_per_s": 250e9, "measured_sustained_gflops": [180.0, 250.0],
+                         "sustain_s": 5.0, "fma_peak": {"flops_per_s": 440e9}},
               "workloads": {"8x350": {"peers": rows(200e9)}, "1x2000": {"peers": rows(300e9)}}}
     peers.final_floors(report, 2, {"layer_shapes": [(8, 8)]})
     assert report["matmul"]["measured_gflops"] == [200.0, 300.0, 400.0]
@@ -111,9 +125,14 @@ def test_floors_use_the_fastest_rate_of_the_whole_run(monkeypatch, capsys):
         p = w["peers"]
         assert p["floor"]["seconds"] == pytest.approx(5.0) and p["floor+attn"]["seconds"] == pytest.approx(7.5)
         assert p["bound"]["seconds"] == pytest.approx(3e12 / 450e9)
+        assert p["floor+attn"]["seconds_at_sustained_rate"] == pytest.approx(3e12 / 360e9)  # informational only
+    assert report["matmul"]["measured_sustained_gflops"] == [180.0, 250.0, 360.0]
     out = capsys.readouterr().out
     assert "200.0, 300.0, 400.0 GFLOP/s; the floors use 400.0" in out
     assert "8x350: floor incl. attention 15.000 s -> 7.500 s (logitjudge fp32 1.20x of it)" in out
+    assert ("8x350: the layer's matmuls sustained back to back over 5 s: 360.0 GFLOP/s (90% of the best "
+            "repetition's rate; fastest of the run); floor incl. attention at that rate 8.333 s, logitjudge fp32 "
+            "1.08x of it") in out
 
 
 def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
