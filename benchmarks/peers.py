@@ -518,7 +518,8 @@ def sustained_line(name: str, peers: dict, rate: dict) -> str:
     lj = peers.get("logitjudge-fp32", {}).get("seconds")
     return (f"{name}: the layer's matmuls sustained back to back over {rate.get('sustain_s', 0):g} s: "
             f"{sus / 1e9:.1f} GFLOP/s ({sus / rate['layer_flops_per_s']:.0%} of the best repetition's rate; "
-            f"fastest of the run); floor incl. attention at that rate {f['seconds_at_sustained_rate']:.3f} s"
+            f"each the fastest measured so far); floor incl. attention at that rate "
+            f"{f['seconds_at_sustained_rate']:.3f} s"
             + (f", logitjudge fp32 {lj / f['seconds_at_sustained_rate']:.2f}x of it" if lj else "")
             + " (information: the targets use the best repetition)")
 

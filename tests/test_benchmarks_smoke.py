@@ -131,8 +131,8 @@ def test_floors_use_the_fastest_rate_of_the_whole_run(monkeypatch, capsys):
     assert "200.0, 300.0, 400.0 GFLOP/s; the floors use 400.0" in out
     assert "8x350: floor incl. attention 15.000 s -> 7.500 s (logitjudge fp32 1.20x of it)" in out
     assert ("8x350: the layer's matmuls sustained back to back over 5 s: 360.0 GFLOP/s (90% of the best "
-            "repetition's rate; fastest of the run); floor incl. attention at that rate 8.333 s, logitjudge fp32 "
-            "1.08x of it") in out
+            "repetition's rate; each the fastest measured so far); floor incl. attention at that rate 8.333 s, "
+            "logitjudge fp32 1.08x of it") in out
 
 
 def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
