@@ -436,13 +436,11 @@ def main(argv=None) -> int:
                          summary["n_reads"], "attention_flops": attn}
         rows["floor+attn"] = {"seconds": (flops_floor + attn) / rate["layer_flops_per_s"],
                               "tokens": summary["trie_tokens"], "flops": flops_floor + attn}
-        if rate["sustained_flops_per_s"]:
-            rows["floor+attn"]["seconds_at_sustained_rate"] = (flops_floor + attn) / rate["sustained_flops_per_s"]
         if peak:  # no exact method can beat this: every FLOP it must do, at the rate the FMA units peak at
             rows["bound"] = {"seconds": (flops_floor + attn) / peak, "tokens": summary["trie_tokens"],
                              "flops": flops_floor + attn}
         print("\n" + table(name, summary, rows))
-        print(sustained_line(name, rows, rate))
+        print(put_sustained_floor(name, rows, rate))
         f32, b16 = rows.get("logitjudge-fp32", {}), rows.get("logitjudge-bf16", {})
         if "seconds" in f32 and "seconds" in b16:  # the issue's check: bf16 >= 1.3x fp32 where bf16 GEMMs are fast
             print(f"bf16 vs fp32 ({name}): {f32['seconds'] / b16['seconds']:.2f}x faster; GEMM routes "
@@ -502,19 +500,19 @@ def final_floors(report: dict, threads: int, facts: dict) -> None:
                 if key == "floor+attn" and abs(peers[key]["seconds"] - before) > 1e-9 * before:
                     print(f"  {name}: floor incl. attention {before:.3f} s -> {peers[key]['seconds']:.3f} s"
                           + (f" (logitjudge fp32 {lj / peers[key]['seconds']:.2f}x of it)" if lj else ""))
-        sus = rate.get("sustained_flops_per_s")
-        if "floor+attn" in peers and sus:
-            peers["floor+attn"]["seconds_at_sustained_rate"] = peers["floor+attn"]["flops"] / sus
-            print("  " + sustained_line(name, peers, rate))
+        if "floor+attn" in peers and rate.get("sustained_flops_per_s"):
+            print("  " + put_sustained_floor(name, peers, rate))
 
 
-def sustained_line(name: str, peers: dict, rate: dict) -> str:
-    """The floor incl. attention at the rate the same matmuls sustain back to back (information beside the
-    targets, which use the best repetition): a run lasts seconds, the best repetition a few milliseconds, and on a
-    shared machine the two rates differ by the other tenants' load."""
+def put_sustained_floor(name: str, peers: dict, rate: dict) -> str:
+    """Put the floor incl. attention at the rate the same matmuls sustain back to back into ``peers``
+    (``seconds_at_sustained_rate``: information beside the targets, which use the best repetition) and return
+    its line: a run lasts seconds, the best repetition a few milliseconds, and on a shared machine the two rates
+    differ by the other tenants' load."""
     sus, f = rate.get("sustained_flops_per_s"), peers.get("floor+attn", {})
-    if not sus or "seconds_at_sustained_rate" not in f:
+    if not sus or "flops" not in f:
         return f"{name}: sustained matmul rate not measured"
+    f["seconds_at_sustained_rate"] = f["flops"] / sus
     lj = peers.get("logitjudge-fp32", {}).get("seconds")
     return (f"{name}: the layer's matmuls sustained back to back over {rate.get('sustain_s', 0):g} s: "
             f"{sus / 1e9:.1f} GFLOP/s ({sus / rate['layer_flops_per_s']:.0%} of the best repetition's rate; "
