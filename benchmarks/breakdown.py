@@ -15,6 +15,13 @@ benchmarks/peers.py, which the last layer's pruning makes a slight overestimate)
     .venv/bin/python benchmarks/breakdown.py [--model gemma-3-270m|FOLDER] [--workload 8x350]
         [--dtype fp32|bf16|auto] [--threads 2] [--repeats 3] [--clock wall|cpu] [--compare shared,plain]
 
+In fp32 with the wall clock the parts are also set against ``benchmarks/peers.py``'s floor incl. attention (the
+judge layer's matmul rate, best repetition, measured before the runs and after the timed one, the faster of the
+two; every layer's matmuls at every trie token plus the trie's attention FLOPs at that rate): per part its
+seconds at the rate and what it took above them, and the floor's GEMM work the step skipped (the last layer
+pruned to the read positions), which add up to the timed run minus the floor: where a judge's gap to the floor
+lies, printed rather than worked out by hand.
+
 ``--compare``: the same workload through other prefix modes (best of ``--repeats``; ``plain`` once), each with
 the largest difference of any option probability from the native step's.
 
@@ -39,6 +46,8 @@ import torch
 from logitjudge_kernels import dispatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import judge_model  # noqa: E402
+import peers  # noqa: E402  (its floor: the layer matmul rate)
 import workloads  # noqa: E402
 
 import logitjudge.judge.backends.native_common as native  # noqa: E402
@@ -107,6 +116,44 @@ def timed_run(engine: Engine, groups) -> tuple[float, dict, dict]:
     return total, dict(seconds), dict(gemm_flops)
 
 
+def floor_gap(table: list[tuple[str, float]], flops: dict, *, rate: float, floor_gemm_flops: float,
+              attention_flops: float) -> dict:
+    """The parts against ``benchmarks/peers.py``'s floor incl. attention (every layer's matmuls at every trie
+    token plus the trie's attention FLOPs, at the layer matmul ``rate`` in FLOP/s): per part its seconds at the
+    rate (parts with FLOPs) and what it took above that (the whole part where the floor counts none of its work),
+    and the floor's GEMM work the step skipped (the last layer's pruning), so that
+    run - floor = sum(above) - pruned."""
+    rows = []
+    for label, s in table:
+        at = flops[label] / rate if flops.get(label) else None
+        rows.append({"part": label, "seconds": s, "at_rate": at, "above": s - (at or 0.0)})
+    gemms = sum(v for k, v in flops.items() if k.startswith("GEMMs"))
+    floor = (floor_gemm_flops + attention_flops) / rate
+    return {"rate": rate, "floor_s": floor, "parts": rows, "pruned_s": (floor_gemm_flops - gemms) / rate,
+            "run_s": sum(s for _, s in table)}
+
+
+def print_gap(gap: dict, rates: list[float]) -> None:
+    print(f"\n## against the floor incl. attention (benchmarks/peers.py's): the layer's matmuls at "
+          f"{gap['rate'] / 1e9:.1f} GFLOP/s (best repetition, the fastest of {len(rates)} measurements: "
+          f"{', '.join(f'{r / 1e9:.1f}' for r in rates)}), floor {gap['floor_s']:.2f} s; timed run "
+          f"{gap['run_s']:.2f} s = {gap['run_s'] / gap['floor_s']:.3f}x of it\n")
+    print("| part | seconds | at the rate | above it |")
+    print("|---|---:|---:|---:|")
+    for r in gap["parts"]:
+        at = "" if r["at_rate"] is None else f"{r['at_rate']:.2f}"
+        print(f"| {r['part']} | {r['seconds']:.2f} | {at} | {r['above']:+.2f} |")
+    print(f"| the last layer's pruning (floor GEMM work the wrapped GEMMs did not run; its k/v and read-position q "
+          f"projections run unwrapped, in 'other') | | | {-gap['pruned_s']:+.2f} |")
+
+
+def layer_rate(lm, threads: int) -> float:
+    """The judge layer's fp32 matmul rate (FLOP/s, best repetition) as ``benchmarks/peers.py`` measures it for
+    its floors, on the layer shapes of ``lm``'s config."""
+    shapes = judge_model.floor_facts(lm.model.config.to_dict())["layer_shapes"]
+    return peers.matmul_rate(threads, shapes=shapes, sustain_s=0)["layer_flops_per_s"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="gemma-3-270m")
@@ -130,6 +177,9 @@ def main(argv=None) -> int:
         ap.error(f"the breakdown times the native step function; this model runs {engine.prefix_mode!r}")
     wl = workloads.build(args.workload, lm)
     engine.prompt_logprobs([wl.groups[0][:1]])  # warm-up (and the C kernels' build, if not cached)
+    # the floor is an fp32 one, in wall-clock seconds; its rate is measured before the runs and after them
+    against_floor = dtype == "fp32" and args.clock == "wall"
+    rates = [layer_rate(lm, args.threads)] if against_floor else []
     plain = []
     for _ in range(args.repeats):
         t0 = CLOCK()
@@ -147,6 +197,12 @@ def main(argv=None) -> int:
     print(f"# {args.workload}, {dtype} ({why}; GEMM route {route}), {args.threads} threads, {args.clock} clock: "
           f"run {min(plain):.2f} s (best of {args.repeats}), timed run {total:.2f} s, load average "
           f"{os.getloadavg()[0]:.2f}\n# CPU: {describe_cpu()}\n")
+    gap = None
+    if against_floor:
+        rates.append(layer_rate(lm, args.threads))
+        params = judge_model.floor_facts(lm.model.config.to_dict())["matmul_params"]
+        gap = floor_gap(table, flops, rate=max(rates), attention_flops=attn_flops,
+                        floor_gemm_flops=2 * params * wl.trie_tokens)
     print("| part | seconds | share | GFLOP/s |")
     print("|---|---:|---:|---:|")
     for label, s in table:
@@ -159,6 +215,8 @@ def main(argv=None) -> int:
     kernels = getattr(timed_run, "kernels", {})
     print("\nkernels (the dispatcher's record of the timed run): " + "; ".join(
         f"{k}: " + ", ".join(f"{impl} x{r['calls']}" for impl, r in v["ran"].items()) for k, v in kernels.items()))
+    if gap:
+        print_gap(gap, rates)
     compared = compare(lm, wl.groups, [m for m in args.compare.split(",") if m], args.repeats, min(plain),
                        engine.prompt_logprobs(wl.groups))
     out = Path(args.out)
@@ -166,7 +224,8 @@ def main(argv=None) -> int:
     out.write_text(json.dumps({"workload": wl.summary(), "dtype": dtype, "dtype_reason": why, "gemm_route": route,
                                "clock": args.clock, "cpu": cpu_info(), "threads": args.threads,
                                "runs_s": plain, "timed_run_s": total, "parts_s": dict(table),
-                               "flops": flops, "kernels": kernels, "gc": gc_runs, "compared": compared,
+                               "flops": flops, "floor_gap": gap, "kernels": kernels, "gc": gc_runs,
+                               "compared": compared,
                                "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
                               indent=1))
     print(f"\nwrote {out}")

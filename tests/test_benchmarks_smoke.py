@@ -163,6 +163,23 @@ def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
     assert gate_up % (2 * 2 * cfg.hidden_size * cfg.intermediate_size) == 0
 
 
+def test_breakdown_sets_the_parts_against_the_floor():
+    """breakdown.py's floor gap (hand-checked): parts with FLOPs at the rate and above it, parts without FLOPs all
+    above it, the floor's GEMM work the step skipped as pruned; run - floor = sum(above) - pruned."""
+    spec = importlib.util.spec_from_file_location("benchmarks_breakdown", ROOT / "benchmarks" / "breakdown.py")
+    breakdown = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(breakdown)
+    table = [("GEMMs: a", 2.0), ("GEMMs: b", 1.5), ("attention (shared prefix + suffix)", 0.6), ("other", 0.3)]
+    flops = {"GEMMs: a": 1.8e12, "GEMMs: b": 1.2e12, "attention (shared prefix + suffix)": 0.4e12}
+    gap = breakdown.floor_gap(table, flops, rate=1e12, floor_gemm_flops=3.2e12, attention_flops=0.4e12)
+    assert gap["floor_s"] == pytest.approx(3.6) and gap["run_s"] == pytest.approx(4.4)
+    assert gap["pruned_s"] == pytest.approx(0.2)
+    assert [r["at_rate"] for r in gap["parts"]] == [pytest.approx(1.8), pytest.approx(1.2), pytest.approx(0.4), None]
+    assert [r["above"] for r in gap["parts"]] == [pytest.approx(x) for x in (0.2, 0.3, 0.2, 0.3)]
+    above = sum(r["above"] for r in gap["parts"])
+    assert gap["run_s"] - gap["floor_s"] == pytest.approx(above - gap["pruned_s"])
+
+
 def test_probe_benchmark_samples_the_plain_way_and_estimates_its_time():
     """benchmarks/probe.py: the plain way's patches drawn evenly over the texts, and its time over every patch
     estimated from them with the SE of the mean (hand-checked); every patch timed: no estimate, SE 0."""
