@@ -133,11 +133,14 @@ def floor_gap(table: list[tuple[str, float]], flops: dict, *, rate: float, floor
             "run_s": sum(s for _, s in table)}
 
 
-def print_gap(gap: dict, rates: list[float]) -> None:
+def print_gap(gap: dict, rates: list[float], runs: list[float]) -> None:
+    """``runs``: the untimed runs' seconds, set against the floor beside the timed run (the two differ by the
+    host's noise as well as by the wrappers' cost: the parts are known only for the timed run)."""
     print(f"\n## against the floor incl. attention (benchmarks/peers.py's): the layer's matmuls at "
           f"{gap['rate'] / 1e9:.1f} GFLOP/s (best repetition, the fastest of {len(rates)} measurements: "
           f"{', '.join(f'{r / 1e9:.1f}' for r in rates)}), floor {gap['floor_s']:.2f} s; timed run "
-          f"{gap['run_s']:.2f} s = {gap['run_s'] / gap['floor_s']:.3f}x of it\n")
+          f"{gap['run_s']:.2f} s = {gap['run_s'] / gap['floor_s']:.3f}x of it, the untimed runs "
+          f"{min(runs):.2f}-{max(runs):.2f} s = {min(runs) / gap['floor_s']:.3f}-{max(runs) / gap['floor_s']:.3f}x\n")
     print("| part | seconds | at the rate | above it |")
     print("|---|---:|---:|---:|")
     for r in gap["parts"]:
@@ -216,7 +219,7 @@ def main(argv=None) -> int:
     print("\nkernels (the dispatcher's record of the timed run): " + "; ".join(
         f"{k}: " + ", ".join(f"{impl} x{r['calls']}" for impl, r in v["ran"].items()) for k, v in kernels.items()))
     if gap:
-        print_gap(gap, rates)
+        print_gap(gap, rates, plain)
     compared = compare(lm, wl.groups, [m for m in args.compare.split(",") if m], args.repeats, min(plain),
                        engine.prompt_logprobs(wl.groups))
     out = Path(args.out)
