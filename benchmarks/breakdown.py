@@ -150,11 +150,10 @@ def print_gap(gap: dict, rates: list[float], runs: list[float]) -> None:
           f"projections run unwrapped, in 'other') | | | {-gap['pruned_s']:+.2f} |")
 
 
-def layer_rate(lm, threads: int) -> float:
+def layer_rate(facts: dict, threads: int) -> float:
     """The judge layer's fp32 matmul rate (FLOP/s, best repetition) as ``benchmarks/peers.py`` measures it for
-    its floors, on the layer shapes of ``lm``'s config."""
-    shapes = judge_model.floor_facts(lm.model.config.to_dict())["layer_shapes"]
-    return peers.matmul_rate(threads, shapes=shapes, sustain_s=0)["layer_flops_per_s"]
+    its floors, on the layer shapes of ``facts`` (``judge_model.floor_facts`` of the judge's config)."""
+    return peers.matmul_rate(threads, shapes=facts["layer_shapes"], sustain_s=0)["layer_flops_per_s"]
 
 
 def main(argv=None) -> int:
@@ -182,7 +181,8 @@ def main(argv=None) -> int:
     engine.prompt_logprobs([wl.groups[0][:1]])  # warm-up (and the C kernels' build, if not cached)
     # the floor is an fp32 one, in wall-clock seconds; its rate is measured before the runs and after them
     against_floor = dtype == "fp32" and args.clock == "wall"
-    rates = [layer_rate(lm, args.threads)] if against_floor else []
+    facts = judge_model.floor_facts(lm.model.config.to_dict()) if against_floor else {}
+    rates = [layer_rate(facts, args.threads)] if against_floor else []
     plain = []
     for _ in range(args.repeats):
         t0 = CLOCK()
@@ -202,10 +202,9 @@ def main(argv=None) -> int:
           f"{os.getloadavg()[0]:.2f}\n# CPU: {describe_cpu()}\n")
     gap = None
     if against_floor:
-        rates.append(layer_rate(lm, args.threads))
-        params = judge_model.floor_facts(lm.model.config.to_dict())["matmul_params"]
+        rates.append(layer_rate(facts, args.threads))
         gap = floor_gap(table, flops, rate=max(rates), attention_flops=attn_flops,
-                        floor_gemm_flops=2 * params * wl.trie_tokens)
+                        floor_gemm_flops=2 * facts["matmul_params"] * wl.trie_tokens)
     print("| part | seconds | share | GFLOP/s |")
     print("|---|---:|---:|---:|")
     for label, s in table:

@@ -163,9 +163,10 @@ def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
     assert gate_up % (2 * 2 * cfg.hidden_size * cfg.intermediate_size) == 0
 
 
-def test_breakdown_sets_the_parts_against_the_floor():
+def test_breakdown_sets_the_parts_against_the_floor(capsys, tiny_lm):
     """breakdown.py's floor gap (hand-checked): parts with FLOPs at the rate and above it, parts without FLOPs all
-    above it, the floor's GEMM work the step skipped as pruned; run - floor = sum(above) - pruned."""
+    above it, the floor's GEMM work the step skipped as pruned; run - floor = sum(above) - pruned; printed with
+    the untimed runs beside the timed one, at a rate measured on the judge's own layer shapes."""
     spec = importlib.util.spec_from_file_location("benchmarks_breakdown", ROOT / "benchmarks" / "breakdown.py")
     breakdown = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(breakdown)
@@ -178,6 +179,14 @@ def test_breakdown_sets_the_parts_against_the_floor():
     assert [r["above"] for r in gap["parts"]] == [pytest.approx(x) for x in (0.2, 0.3, 0.2, 0.3)]
     above = sum(r["above"] for r in gap["parts"])
     assert gap["run_s"] - gap["floor_s"] == pytest.approx(above - gap["pruned_s"])
+    breakdown.print_gap(gap, [0.9e12, 1e12], [4.5, 4.6])
+    out = capsys.readouterr().out
+    assert ("1000.0 GFLOP/s (best repetition, the fastest of 2 measurements: 900.0, 1000.0), floor 3.60 s; timed "
+            "run 4.40 s = 1.222x of it, the untimed runs 4.50-4.60 s = 1.250-1.278x") in out
+    assert "| GEMMs: b | 1.50 | 1.20 | +0.30 |" in out and "| other | 0.30 |  | +0.30 |" in out
+    assert out.rstrip().endswith("| | | -0.20 |")
+    facts = breakdown.judge_model.floor_facts(tiny_lm.model.config.to_dict())
+    assert breakdown.layer_rate(facts, 1) > 0
 
 
 def test_probe_benchmark_samples_the_plain_way_and_estimates_its_time():
