@@ -203,8 +203,8 @@ def main(argv=None) -> int:
     gap = None
     if against_floor:
         rates.append(layer_rate(facts, args.threads))
-        gap = floor_gap(table, flops, rate=max(rates), attention_flops=attn_flops,
-                        floor_gemm_flops=2 * facts["matmul_params"] * wl.trie_tokens)
+        floor_gemm, floor_attention = peers.floor_flops(facts, wl)
+        gap = floor_gap(table, flops, rate=max(rates), attention_flops=floor_attention, floor_gemm_flops=floor_gemm)
     print("| part | seconds | share | GFLOP/s |")
     print("|---|---:|---:|---:|")
     for label, s in table:

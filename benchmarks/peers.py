@@ -429,8 +429,7 @@ def main(argv=None) -> int:
             det = max_dp(rows["llama.cpp-b64"]["logprobs"], rows["llama.cpp"]["logprobs"])
             rows["llama.cpp-b64"]["max_abs_dp_vs_n_batch_512"] = det[0]
             rows["llama.cpp-b64"]["max_abs_dp_raw_vs_n_batch_512"] = det[1]
-        flops_floor = 2 * facts["non_embedding_params"] * summary["trie_tokens"]
-        attn = wl.attention_flops(facts["heads"], facts["head_dim"], facts["layer_windows"])
+        flops_floor, attn = floor_flops(facts, wl)
         rows["floor"] = {"seconds": flops_floor / rate["layer_flops_per_s"], "tokens": summary["trie_tokens"],
                          "flops": flops_floor, "readout_flops": 2 * facts["hidden"] * facts["vocab"] *
                          summary["n_reads"], "attention_flops": attn}
@@ -465,6 +464,13 @@ def main(argv=None) -> int:
         print(targets_line(report["targets"][which]["checks"], which, tw))
     print(f"wrote {args.out}")
     return 0
+
+
+def floor_flops(facts: dict, wl) -> tuple[int, int]:
+    """The floor's work on workload ``wl``: (every layer's matmuls at every trie token, the trie's attention
+    (query, key) pairs' QK and PV FLOPs), from the judge's ``facts`` (``judge_model.floor_facts``)."""
+    return (2 * facts["matmul_params"] * wl.trie_tokens,
+            wl.attention_flops(facts["heads"], facts["head_dim"], facts["layer_windows"]))
 
 
 def measure_again(rate: dict, threads: int, facts: dict) -> tuple[float, float | None]:

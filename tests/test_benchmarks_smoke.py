@@ -163,7 +163,7 @@ def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
     assert gate_up % (2 * 2 * cfg.hidden_size * cfg.intermediate_size) == 0
 
 
-def test_breakdown_sets_the_parts_against_the_floor(capsys, tiny_lm):
+def test_breakdown_sets_the_parts_against_the_floor(capsys, workloads, tiny_lm):
     """breakdown.py's floor gap (hand-checked): parts with FLOPs at the rate and above it, parts without FLOPs all
     above it, the floor's GEMM work the step skipped as pruned; run - floor = sum(above) - pruned; printed with
     the untimed runs beside the timed one, at a rate measured on the judge's own layer shapes."""
@@ -187,6 +187,12 @@ def test_breakdown_sets_the_parts_against_the_floor(capsys, tiny_lm):
     assert out.rstrip().endswith("| | | -0.20 |")
     facts = breakdown.judge_model.floor_facts(tiny_lm.model.config.to_dict())
     assert breakdown.layer_rate(facts, 1) > 0
+    # peers.py's floor work, which breakdown.py reuses: the config's count of attention work is the engine's own
+    wl = workloads.build("1x350", tiny_lm)
+    step = Engine(tiny_lm).backend.step
+    gemm, attention = breakdown.peers.floor_flops(facts, wl)
+    assert gemm == 2 * facts["matmul_params"] * wl.trie_tokens > 0
+    assert attention == wl.attention_flops(step.heads, step.head_dim, [lw.window for lw in step.layers]) > 0
 
 
 def test_probe_benchmark_samples_the_plain_way_and_estimates_its_time():
