@@ -13,7 +13,7 @@ import pytest
 from logitjudge_kernels import _cbuild
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [ROOT / "kernels" / f"{k}.c" for k in ("cpu_readout", "cpu_attention", "cpu_norm")]
+SOURCES = [ROOT / "kernels" / "logitjudge_kernels" / f"{k}.c" for k in ("cpu_readout", "cpu_attention", "cpu_norm")]
 HARNESS = Path(__file__).with_name("cpu_kernels_harness.c")
 QEMU_SYSROOT = "/usr/aarch64-linux-gnu"
 

@@ -1,4 +1,4 @@
-"""The kernels' dispatcher (kernels/dispatch.py): choice by measurement, its cache key, its on-disk decisions, the
+"""The kernels' dispatcher (kernels/logitjudge_kernels/dispatch.py): choice by measurement, its cache key, its on-disk decisions, the
 LOGITJUDGE_CPU_KERNELS switch, and the record of what ran that becomes a table's meta["kernels"]."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def _ids(lm, n: int, seed: int = 0) -> torch.Tensor:
 
 @pytest.fixture(params=["C", "reference"])
 def row_kernels(request, monkeypatch):
-    """Run once with the C row kernels (kernels/cpu_norm.c) and once with their PyTorch references."""
+    """Run once with the C row kernels (kernels/logitjudge_kernels/cpu_norm.c) and once with their PyTorch references."""
     import logitjudge_kernels._cbuild as cb
     import logitjudge_kernels.cpu_norm as cn
 

@@ -1,6 +1,7 @@
 """logitjudge kernels: shared-prefix attention and the fused label read-out.
 
-Installed as ``logitjudge_kernels`` (the folder is ``kernels/``). Each kernel has a PyTorch reference
+Installed as ``logitjudge_kernels`` (the folder is ``kernels/logitjudge_kernels/``; nothing at ``kernels/`` itself
+can shadow Hugging Face's ``kernels`` package). Each kernel has a PyTorch reference
 (``*_ref``), a Triton implementation (``*_triton``, CUDA or ``TRITON_INTERPRET=1``) and a dispatcher
 taking ``backend="auto" | "ref" | "triton" | "cpu"``.
 ``cpu_norm`` / ``cpu_attention`` / ``cpu_readout``: fused RMSNorm / residual / RoPE row kernels, shared-prefix
