@@ -2,23 +2,54 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The exact versions the whole suite last passed with (`make lock` writes it; docs/contributing.md says when).
+LOCK := requirements/lock.txt
+# torch's CPU build, on this machine's disk; an unpinned torch pulls a multi-GB CUDA build. Not in the lock: on a
+# GPU machine install your CUDA build into .venv first (kept as it is), or pass TORCH=...
+TORCH ?= torch==2.13.0
 
-.PHONY: venv test demo lint bench clean chromium docs
+.PHONY: venv test test-latest lock demo lint bench clean chromium docs
+
+# $(call fresh_venv,DIR,PIP-CONSTRAINTS): a new venv at DIR (any old one removed) with pip and setuptools, torch
+# and logitjudge[dev], every pip call under the given constraints (none: today's newest releases).
+define fresh_venv
+	rm -rf $(1)
+	$(PY) -m venv $(1)
+	$(1)/bin/python -m pip install -q $(2) --upgrade pip setuptools
+	$(1)/bin/python -m pip install -q $(TORCH)
+	$(1)/bin/python -m pip install -q $(2) --no-build-isolation -e ".[dev]"
+endef
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 
-# torch first, pinned to the CPU build on this machine's disk; an unpinned torch pulls a multi-GB CUDA build.
-$(STAMP): $(BIN)/python pyproject.toml setup.py
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev]"
+# Everything but torch from the lock; the editable install builds with the lock's setuptools (no isolated build
+# fetching today's).
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(LOCK)
+	$(BIN)/python -m pip install -q -c $(LOCK) --upgrade pip setuptools
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -c $(LOCK) --no-build-isolation -e ".[dev]"
 	touch $(STAMP)
 
 venv: $(STAMP)
 
+# The lock check first: one line naming what differs from the lock, and the fix, before the suite runs.
 test: $(STAMP) chromium
+	$(BIN)/python requirements/lock.py check $(LOCK)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# Today's newest releases within pyproject.toml's ranges, no lock, in a fresh .venv-latest: upstream drift shows
+# here before a user meets it.
+test-latest: chromium
+	$(call fresh_venv,.venv-latest,)
+	.venv-latest/bin/python -m pytest -q -p no:cacheprovider tests
+
+# A new lock from a fresh .venv-lock resolved under requirements/lock-inputs.txt; written only if the whole
+# suite passes there (make stops at the first failing line).
+lock: chromium
+	$(call fresh_venv,.venv-lock,-c requirements/lock-inputs.txt)
+	.venv-lock/bin/python -m pytest -q -p no:cacheprovider tests
+	.venv-lock/bin/python requirements/lock.py write $(LOCK)
 
 # Headless Chromium opens the HTML report in a test; where it cannot be installed that one test skips.
 chromium:
@@ -41,4 +72,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
 
 clean:
-	rm -rf $(VENV) out build dist *.egg-info site
+	rm -rf $(VENV) .venv-latest .venv-lock out build dist *.egg-info site
