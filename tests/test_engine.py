@@ -13,6 +13,7 @@ from logitjudge import orderings
 from logitjudge.engine import Engine, Job, distribution, plain_prompt_logprobs, prompt_job
 from logitjudge.items import Item
 from logitjudge.judge.backends.native_common import CPU_BATCH_TOKENS
+from logitjudge.judge.features import cache_keyword
 from logitjudge.judge.prefix import PrefixKV
 from logitjudge.prompts import Template, builtin_template
 from logitjudge.requests import item_prompts
@@ -145,7 +146,8 @@ def test_prefix_cache_matches_hf_cache(tiny_lm):
     assert pkv.length == len(ids)
     cache = DynamicCache()
     with torch.inference_mode():
-        tiny_lm.model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+        tiny_lm.model(input_ids=torch.tensor([ids]), use_cache=True, **{cache_keyword(tiny_lm.model): cache})
+    assert len(cache.layers) == tiny_lm.model.config.num_hidden_layers  # the forward filled the cache it was given
     for i, layer in enumerate(cache.layers):
         assert torch.allclose(pkv.keys[i], layer.keys[0], atol=1e-5)
         assert torch.allclose(pkv.values[i], layer.values[0], atol=1e-5)
@@ -155,6 +157,25 @@ def test_prefix_cache_matches_hf_cache(tiny_lm):
     with torch.inference_mode():
         logits = tiny_lm.model(input_ids=torch.tensor([ids + extra])).logits[0, -1].float()
     assert abs(cont - float(torch.log_softmax(logits, -1)[7])) < LOGP_ATOL
+
+
+def test_cache_keyword_is_the_one_the_forward_takes():
+    """transformers 5.24 renamed the forward's ``past_key_values`` to ``cache``; the other name would land in
+    ``**kwargs`` unread and the forward would run on an empty cache of its own (a silent wrong number)."""
+    from logitjudge.errors import ModeError
+
+    class New:
+        def forward(self, input_ids=None, cache=None, **kwargs): ...
+
+    class Old:
+        def forward(self, input_ids=None, past_key_values=None, **kwargs): ...
+
+    class Neither:
+        def forward(self, input_ids=None, **kwargs): ...
+
+    assert (cache_keyword(New()), cache_keyword(Old())) == ("cache", "past_key_values")
+    with pytest.raises(ModeError, match="neither cache= nor past_key_values="):
+        cache_keyword(Neither())
 
 
 def test_label_mass_and_normalisation(tiny_lm):

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..prompts import EncodedPrompt
+from .features import cache_keyword
 
 
 @torch.inference_mode()
@@ -62,6 +63,7 @@ def prefix_cache_prompt_logprobs(model, groups: list[list[EncodedPrompt]], *, ba
 
     device = next(model.parameters()).device
     decoder, head = model.get_decoder(), model.get_output_embeddings()
+    cache_kw = cache_keyword(decoder)
     softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
     out = []
     for group in groups:
@@ -75,8 +77,8 @@ def prefix_cache_prompt_logprobs(model, groups: list[list[EncodedPrompt]], *, ba
         for c in ctxs[1:]:
             P = min(P, next((i for i, (a, b) in enumerate(zip(ctxs[0], c)) if a != b), P))
         # a config-less cache keeps every prefix token in every layer (the masks apply the sliding windows)
-        pre = decoder(input_ids=torch.tensor([ctxs[0][:P]], device=device), cache=DynamicCache(),
-                      use_cache=True).past_key_values if P else None
+        pre = decoder(input_ids=torch.tensor([ctxs[0][:P]], device=device), use_cache=True,
+                      **{cache_kw: DynamicCache()}).past_key_values if P else None
         got: dict[tuple, np.ndarray] = {}
         for s in range(0, len(ctxs), batch_size):
             rows = ctxs[s:s + batch_size]
@@ -92,7 +94,7 @@ def prefix_cache_prompt_logprobs(model, groups: list[list[EncodedPrompt]], *, ba
                 cache.update(layer.keys.expand(len(rows), -1, -1, -1), layer.values.expand(len(rows), -1, -1, -1), i)
             pos = torch.arange(P, P + S).unsqueeze(0).expand(len(rows), S)
             hidden = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
-                             cache=cache, use_cache=True).last_hidden_state
+                             use_cache=True, **{cache_kw: cache}).last_hidden_state
             last = torch.tensor([len(c) - P - 1 for c in rows], device=device)
             logits = head(hidden[torch.arange(len(rows), device=device), last]).float()
             if softcap:

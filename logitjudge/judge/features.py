@@ -4,6 +4,7 @@ does not list refuses it with the reason (:mod:`logitjudge.judge.capabilities`).
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 FEATURES = {
@@ -37,6 +38,20 @@ def linear_layer_indices(model) -> list[int]:
 
 def attention_modules(model) -> list:
     return [m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")]
+
+
+def cache_keyword(decoder) -> str:
+    """The keyword ``decoder``'s forward takes a KV cache by: ``cache`` from transformers 5.24 on (where
+    ``past_key_values`` is a deprecated alias), ``past_key_values`` before. A name the forward does not take lands
+    in its ``**kwargs`` unread, and the forward runs on an empty cache of its own: wrong numbers, no error."""
+    params = inspect.signature(type(decoder).forward).parameters  # through deprecate_kwarg's functools.wraps
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    from ..errors import ModeError
+
+    raise ModeError(f"{type(decoder).__name__}.forward takes neither cache= nor past_key_values=: this transformers "
+                    f"version passes a KV cache some other way; use the plain backend (--backend plain)")
 
 
 def model_features(model) -> dict[str, str]:

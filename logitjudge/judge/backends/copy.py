@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..features import cache_keyword
 from .base import Backend
 
 
@@ -31,9 +32,10 @@ class CopyBackend(Backend):
             cache.update(k.unsqueeze(0).expand(B, -1, -1, -1).contiguous(),
                          v.unsqueeze(0).expand(B, -1, -1, -1).contiguous(), i)
         pos = torch.arange(L, L + S, device=ids.device).unsqueeze(0).expand(B, S)
-        out = self.model.get_decoder()(input_ids=ids, position_ids=pos, cache=cache if L else DynamicCache(),
-                                       use_cache=True, attention_mask=torch.ones(B, L + S, dtype=torch.long,
-                                                                                 device=ids.device))
+        decoder = self.model.get_decoder()
+        mask = torch.ones(B, L + S, dtype=torch.long, device=ids.device)
+        out = decoder(input_ids=ids, position_ids=pos, use_cache=True, attention_mask=mask,
+                      **{cache_keyword(decoder): cache if L else DynamicCache()})
         captured = None
         if capture:
             c = out.past_key_values
