@@ -243,7 +243,9 @@ def _from_pretrained(source: str, kwargs: dict, attn_implementation: str | None)
 def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu",
                quantize: str | None = None, revision: str | None = None,
                attn_implementation: str | None = None) -> LoadedModel:
-    """Load a causal LM and its tokenizer. ``quantize``: None, "4bit" or "8bit" (bitsandbytes, CUDA only).
+    """Load a causal LM and its tokenizer. ``model_id``: any value ``--model`` takes (classified, or refused in one
+    line, by :func:`logitjudge.model_ref.classify`); ``revision``: a hub revision, also written ``ORG/NAME@REVISION``.
+    ``quantize``: None, "4bit" or "8bit" (bitsandbytes, CUDA only).
     ``attn_implementation``: transformers' name ("sdpa", "eager", "flash_attention_2", a kernels-hub id ...);
     None: SDPA where the architecture supports it, else its eager attention (``info["attn_implementation"]``
     says which and why). Multimodal checkpoints load through their causal-LM class (Gemma-3: the full
