@@ -66,10 +66,11 @@ def _section(cls, given: dict, name: str, section: str):
 def load_judge(model: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu", threads: int | None = None,
                quantize: str | None = None, attn_implementation: str | None = None):
     """The judge a run of ``logitjudge score --model MODEL`` loads (:func:`logitjudge.experiment.load_judge`):
-    a built-in alias (gemma-3-270m), a local folder or a Hugging Face id. ``dtype``: fp32 (exact), bf16, fp16 or
-    auto; ``device``: cpu, cuda, cuda:N or auto; ``threads``: torch CPU threads (None: $OMP_NUM_THREADS, else the
-    usable CPUs). Returns a :class:`logitjudge.models.LoadedModel`; an unreachable id fails in one line before
-    any loading."""
+    a built-in alias (gemma-3-270m), ``ollama:NAME[:TAG]``, a GGUF file, a local folder or a Hugging Face id
+    (``ORG/NAME[@REVISION]``); any other value is refused in one line before anything loads. ``dtype``: fp32
+    (exact), bf16, fp16 or auto; ``device``: cpu, cuda, cuda:N or auto; ``threads``: torch CPU threads (None:
+    $OMP_NUM_THREADS, else the usable CPUs). Returns a :class:`logitjudge.models.LoadedModel`; an unreachable id
+    fails in one line before any loading."""
     from .experiment import load_judge as load
     from .models import ModelError, check_attn_implementation, check_device
 

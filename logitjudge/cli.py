@@ -143,8 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo", help="report folder")
-    d.add_argument("--model", default="gemma-3-270m", help="judge: model id, folder, FILE.gguf, ollama:NAME[:TAG] "
-                   "or a built-in")
+    d.add_argument("--model", default="gemma-3-270m", help="judge: model id (ORG/NAME[@REVISION]), folder, "
+                   "FILE.gguf, ollama:NAME[:TAG] or a built-in")
     return ap
 
 

@@ -1,7 +1,8 @@
-"""Loading judge models: any Hugging Face causal LM by id or folder, any GGUF file transformers can load
-(``FILE.gguf``), a model of the local Ollama store (``ollama:NAME[:TAG]``) and the built-in judges
-(:mod:`logitjudge.judges`: gemma-3-270m, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct). GGUF judges
-are converted once into the cache (:mod:`logitjudge.gguf`); :func:`resolve_source` says which folder loads."""
+"""Loading judge models: any Hugging Face causal LM by id (``ORG/NAME[@REVISION]``) or folder, any GGUF file
+transformers can load (``FILE.gguf``), a model of the local Ollama store (``ollama:NAME[:TAG]``) and the built-in
+judges (:mod:`logitjudge.judges`: gemma-3-270m, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct). What a
+value names is decided, and a mistaken one refused, by :mod:`logitjudge.model_ref`; GGUF judges are converted
+once into the cache (:mod:`logitjudge.gguf`); :func:`resolve_source` says which folder loads."""
 
 from __future__ import annotations
 
@@ -12,19 +13,15 @@ from pathlib import Path
 
 import torch
 
-from .errors import LogitJudgeError
-from .gguf import GGUFError, cache_dir, check_architecture, gguf_checkpoint, read_header
-from .judges import BUILTINS, builtin_checkpoint, check_builtin
-from .ollama import is_ollama, ollama_checkpoint
+from .gguf import GGUFError, cache_dir, gguf_checkpoint
+from .judges import BUILTINS, builtin_checkpoint
+from .model_ref import ModelError, ModelRef, check_available, check_model_folder, classify  # noqa: F401 (re-exported)
+from .ollama import ollama_checkpoint
 
 BUILTIN_ALIASES = {alias: b.origin for alias, b in BUILTINS.items()}  # the --model names of the built-ins
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
 __all__ = ["cache_dir", "builtin_checkpoint", "resolve_source", "load_model", "load_tokenizer", "load_config"]
-
-
-class ModelError(LogitJudgeError, RuntimeError):
-    pass
 
 
 @dataclass
@@ -59,24 +56,30 @@ def config_layers(config) -> int | None:
     return int(n) if n else None
 
 
-def is_gguf(model_id: str) -> bool:
-    """A path to a GGUF file (by its name: a folder named x.gguf is a folder)."""
-    return str(model_id).lower().endswith(".gguf") and not Path(model_id).expanduser().is_dir()
-
-
 def resolve_source(model_id: str) -> str:
-    """The folder or id transformers loads for ``model_id``: a built-in's or a GGUF's converted folder (converted
-    on first use), else ``model_id`` itself."""
+    """The folder or id transformers loads for ``model_id`` (classified by :func:`classify`): a built-in's, an
+    Ollama model's or a GGUF's converted folder (converted on first use), a folder, or a hub id without its
+    ``@REVISION`` (:func:`source_and_revision` gives both)."""
+    return source_and_revision(model_id)[0]
+
+
+def source_and_revision(model_id: str, revision: str | None = None) -> tuple[str, str | None]:
+    """What transformers loads for ``model_id`` and at which revision: ``revision`` or the id's own
+    ``@REVISION``; the two differing is refused."""
+    ref = classify(model_id)
+    if ref.revision and revision and ref.revision != revision:
+        raise ModelError(f"model {model_id!r} names revision {ref.revision!r} but revision={revision!r} was "
+                         "passed too; give the revision once")
     try:
-        if model_id in BUILTINS:
-            return str(builtin_checkpoint(model_id))
-        if is_ollama(model_id):
-            return str(ollama_checkpoint(model_id))
-        if is_gguf(model_id):
-            return str(gguf_checkpoint(model_id))
+        if ref.kind == "builtin":
+            return str(builtin_checkpoint(ref.name)), None
+        if ref.kind == "ollama":
+            return str(ollama_checkpoint(ref.name)), None
+        if ref.kind == "gguf":
+            return str(gguf_checkpoint(ref.name)), None
     except GGUFError as e:
         raise ModelError(str(e)) from None
-    return model_id
+    return ref.name, ref.revision or revision
 
 
 def offered_devices() -> list[str]:
@@ -167,70 +170,6 @@ def set_threads(n: int | None = None) -> int:
     return n
 
 
-WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.safetensors.index.json", "*.bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "spiece.model")
-
-
-def check_model_folder(folder: Path) -> None:
-    """A local model folder holds what loading needs (config.json, tokenizer files, weights), else one line
-    saying what is missing (transformers' own message for an empty folder is about sentencepiece)."""
-    names = {x.name for x in folder.iterdir()} if folder.is_dir() else set()
-    missing = []
-    if "config.json" not in names:
-        missing.append("config.json")
-    if not names & set(TOKENIZER_FILES):
-        missing.append("tokenizer files (tokenizer.json or tokenizer.model)")
-    if not any(next(folder.glob(pattern), None) for pattern in WEIGHTS):
-        missing.append("weights (*.safetensors or *.bin)")
-    if missing:
-        what = "is empty" if not names else f"has no {', no '.join(missing)}"
-        raise ModelError(f"model folder {folder} {what}; it is not a saved model: point --model at a folder written "
-                         "by save_pretrained (config.json, tokenizer and weights) or at a Hugging Face model id")
-
-
-def check_available(model_id: str) -> None:
-    """Fail fast, in one line, when ``model_id`` is neither a built-in, a local folder nor in the local Hugging
-    Face cache and the hub cannot be reached (offline mode set, or no connection within a few seconds), instead
-    of minutes of download retries; a local folder must hold a saved model (:func:`check_model_folder`). A
-    built-in's packages, an Ollama model's manifest and blob, and a GGUF's header (not a GGUF, truncated, an
-    architecture transformers cannot load) are checked here too, before any conversion."""
-    try:
-        if model_id in BUILTINS:
-            check_builtin(model_id)
-            return
-        if is_ollama(model_id):
-            from .ollama import blob
-
-            check_architecture(read_header(blob(model_id)[0]))
-            return
-        if is_gguf(model_id):
-            check_architecture(read_header(model_id))
-            return
-    except GGUFError as e:
-        raise ModelError(str(e)) from None
-    if Path(model_id).expanduser().is_dir():
-        check_model_folder(Path(model_id).expanduser())
-        return
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    if isinstance(try_to_load_from_cache(model_id, "config.json"), str):
-        return
-    if constants.HF_HUB_OFFLINE:
-        why = "HF_HUB_OFFLINE is set"
-    else:
-        import socket
-        from urllib.parse import urlparse
-
-        host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
-        try:
-            socket.create_connection((host, 443), timeout=3).close()
-            return
-        except OSError:
-            why = f"{host} is unreachable"
-    raise ModelError(f"model {model_id!r} is neither a local folder nor in the local Hugging Face cache, and {why}; "
-                     "pass a local folder or download the model once with network access")
-
-
 _LAST_TOKENIZER: dict = {}  # {key: tokenizer}, the one read last
 
 
@@ -256,7 +195,7 @@ def _tokenizer(source: str, revision: str | None):
 def load_tokenizer(model_id: str = "gemma-3-270m", *, revision: str | None = None):
     """The tokenizer of a judge alone (its label checks run before the model loads)."""
     check_available(model_id)
-    source = resolve_source(model_id)
+    source, revision = source_and_revision(model_id, revision)
     try:
         return _tokenizer(source, revision)
     except (OSError, ValueError) as e:
@@ -268,7 +207,7 @@ def load_config(model_id: str = "gemma-3-270m", *, revision: str | None = None):
     from transformers import AutoConfig
 
     check_available(model_id)
-    source = resolve_source(model_id)
+    source, revision = source_and_revision(model_id, revision)
     try:
         return AutoConfig.from_pretrained(source, **({"revision": revision} if revision else {}))
     except (OSError, ValueError) as e:
@@ -304,7 +243,9 @@ def _from_pretrained(source: str, kwargs: dict, attn_implementation: str | None)
 def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu",
                quantize: str | None = None, revision: str | None = None,
                attn_implementation: str | None = None) -> LoadedModel:
-    """Load a causal LM and its tokenizer. ``quantize``: None, "4bit" or "8bit" (bitsandbytes, CUDA only).
+    """Load a causal LM and its tokenizer. ``model_id``: any value ``--model`` takes (classified, or refused in one
+    line, by :func:`logitjudge.model_ref.classify`); ``revision``: a hub revision, also written ``ORG/NAME@REVISION``.
+    ``quantize``: None, "4bit" or "8bit" (bitsandbytes, CUDA only).
     ``attn_implementation``: transformers' name ("sdpa", "eager", "flash_attention_2", a kernels-hub id ...);
     None: SDPA where the architecture supports it, else its eager attention (``info["attn_implementation"]``
     says which and why). Multimodal checkpoints load through their causal-LM class (Gemma-3: the full
@@ -312,7 +253,7 @@ def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: s
 
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
-    source = resolve_source(model_id)
+    source, revision = source_and_revision(model_id, revision)
     kwargs: dict = {"dtype": DTYPES[dtype]}
     if revision:
         kwargs["revision"] = revision

@@ -39,7 +39,8 @@ def opt(default, help: str, *, kind: str | None = None, choices=None, minimum=No
 
 @dataclass(frozen=True)
 class ModelSpec:
-    id: str = opt("gemma-3-270m", "HF model id, local folder, FILE.gguf, ollama:NAME[:TAG], or a built-in: "
+    id: str = opt("gemma-3-270m", "HF model id (ORG/NAME[@REVISION]), local folder, FILE.gguf, ollama:NAME[:TAG], "
+                  "or a built-in: "
                   "gemma-3-270m, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct", flag="--model")
     dtype: str = opt("fp32", "weights and activations (the read-out is always fp32); fp32 is exact; auto: bf16 where "
                      "its GEMMs measured >= 1.2x faster on this machine (stated tolerance 0.05 on option "
