@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/engine.py
+	$(BIN)/python -m benchmarks.engine
 
 clean:
 	rm -rf $(VENV) out build dist *.egg-info site

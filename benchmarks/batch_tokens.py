@@ -6,7 +6,7 @@ size, the whole workload through ``Engine(lm)`` with ``engine.backend.batch_toke
 interleaved over ``--repeats`` rounds (other load on the machine only slows a run down, and interleaving spreads
 it over the sizes), best of the rounds; the largest difference of any option probability from the first size's.
 
-    .venv/bin/python benchmarks/batch_tokens.py [--model gemma-3-270m|NAME|FOLDER] [--workload 8x350]
+    .venv/bin/python -m benchmarks.batch_tokens [--model gemma-3-270m|NAME|FOLDER] [--workload 8x350]
         [--sizes 4096,2048,1024,512] [--repeats 2] [--threads 2] [--out benchmarks/results/batch_tokens.json]
 
 Prints a table (size, forward calls, seconds, x the fastest) and writes the JSON with the CPU.
@@ -22,12 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workloads  # noqa: E402
-
-from logitjudge.autodtype import cpu_info, describe_cpu  # noqa: E402
-from logitjudge.engine import Engine  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
+from benchmarks import workloads
+from logitjudge.autodtype import cpu_info, describe_cpu
+from logitjudge.engine import Engine
+from logitjudge.models import load_model
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,7 @@ the model, exact; the baseline: every prompt's tokens) and in seconds (wall cloc
 machine: load-dependent, the token counts are not). The claim checked: on the text-first layout K = 3 and K = 5
 orders cost less than 2x and 3x one order. Prints a table and writes JSON (``--json``).
 
-    nice -n 10 .venv/bin/python benchmarks/best_of_n.py --articles 2 --threads 1 --data-dir ../shared/data
+    nice -n 10 .venv/bin/python -m benchmarks.best_of_n --articles 2 --threads 1 --data-dir ../shared/data
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         r["seconds_vs_k1"] = r["seconds"] / one[r["N"]]["seconds"] if r["N"] in one else None
         r["tokens_saved_vs_baseline"] = r["baseline_tokens"] / r["trie_tokens"]
     env = {"cpu": _cpu(), "threads": args.threads, "uptime_before": uptime_before, "torch": torch.__version__,
-           "command": "nice -n 10 .venv/bin/python benchmarks/best_of_n.py "
+           "command": "nice -n 10 .venv/bin/python -m benchmarks.best_of_n "
            + " ".join(sys.argv[1:] if argv is None else argv)}
     print(f"\nSummEval {args.criterion}, {args.articles} articles per row, gemma-3-270m fp32, template text-first, "
           f"random:K orders per candidate; {env['cpu']}, {args.threads} thread(s); {_uptime()}\n")

@@ -12,7 +12,7 @@ table (it is inside the parts, not one of them). Each part's FLOPs rate is print
 (GEMMs: 2 x rows x weight size of every call; attention: the trie's (query, key) pairs as in
 benchmarks/peers.py, which the last layer's pruning makes a slight overestimate).
 
-    .venv/bin/python benchmarks/breakdown.py [--model gemma-3-270m|FOLDER] [--workload 8x350]
+    .venv/bin/python -m benchmarks.breakdown [--model gemma-3-270m|FOLDER] [--workload 8x350]
         [--dtype fp32|bf16|auto] [--threads 2] [--repeats 3] [--clock wall|cpu] [--compare shared,plain]
 
 In fp32 with the wall clock the parts are also set against ``benchmarks/peers.py``'s floor incl. attention (the
@@ -45,15 +45,11 @@ import numpy as np
 import torch
 from logitjudge_kernels import dispatch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import judge_model  # noqa: E402
-import peers  # noqa: E402  (its floor: the layer matmul rate)
-import workloads  # noqa: E402
-
-import logitjudge.judge.backends.native_common as native  # noqa: E402
-from logitjudge.autodtype import cpu_info, describe_cpu, resolve_dtype  # noqa: E402
-from logitjudge.engine import Engine, distribution  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
+import logitjudge.judge.backends.native_common as native
+from benchmarks import floor, judge_model, workloads  # floor: peers.py's, the layer matmul rate
+from logitjudge.autodtype import cpu_info, describe_cpu, resolve_dtype
+from logitjudge.engine import Engine, distribution
+from logitjudge.models import load_model
 
 PARTS = {  # (owner, attribute) -> label
     (native.Weight, "__call__"): "GEMMs: q/k/v, output, down projections",
@@ -153,7 +149,7 @@ def print_gap(gap: dict, rates: list[float], runs: list[float]) -> None:
 def layer_rate(facts: dict, threads: int) -> float:
     """The judge layer's fp32 matmul rate (FLOP/s, best repetition) as ``benchmarks/peers.py`` measures it for
     its floors, on the layer shapes of ``facts`` (``judge_model.floor_facts`` of the judge's config)."""
-    return peers.matmul_rate(threads, shapes=facts["layer_shapes"], sustain_s=0)["layer_flops_per_s"]
+    return floor.matmul_rate(threads, shapes=facts["layer_shapes"], sustain_s=0)["layer_flops_per_s"]
 
 
 def main(argv=None) -> int:
@@ -203,7 +199,7 @@ def main(argv=None) -> int:
     gap = None
     if against_floor:
         rates.append(layer_rate(facts, args.threads))
-        floor_gemm, floor_attention = peers.floor_flops(facts, wl)
+        floor_gemm, floor_attention = floor.floor_flops(facts, wl)
         gap = floor_gap(table, flops, rate=max(rates), attention_flops=floor_attention, floor_gemm_flops=floor_gemm)
     print("| part | seconds | share | GFLOP/s |")
     print("|---|---:|---:|---:|")

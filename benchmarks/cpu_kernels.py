@@ -1,4 +1,4 @@
-"""The CPU table of ``benchmarks/kernels.py``: every implementation of every dispatched kernel at 1/4/16/64/256
+"""The CPU table of ``benchmarks/kernel_speed.py``: every implementation of every dispatched kernel at 1/4/16/64/256
 rows of Gemma-3-270M's shapes, the dispatcher's choice marked, and the default's time against the switch's off.
 
 Rows of each kernel (what 1, 4, ..., 256 stands for):

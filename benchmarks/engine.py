@@ -4,7 +4,7 @@
 sharing, logits only at the last position (``judge.baselines.batched_prompt_logprobs``), (c) the engine. n=5, balanced
 orderings (10 prompts per text). Prints a table and writes JSON.
 
-    .venv/bin/python benchmarks/engine.py [--workloads 1x350,8x350] [--dtype fp32] [--device cpu] [--repeats 3]
+    .venv/bin/python -m benchmarks.engine [--workloads 1x350,8x350] [--dtype fp32] [--device cpu] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -20,13 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workloads  # noqa: E402
-
-from logitjudge.engine import Engine, distribution, plain_prompt_logprobs, prompt_job  # noqa: E402
-from logitjudge.judge.baselines import batched_prompt_logprobs  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
-from logitjudge.trie import build, count_tokens  # noqa: E402
+from benchmarks import workloads
+from benchmarks.workloads import engine_tokens
+from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
+from logitjudge.judge.baselines import batched_prompt_logprobs
+from logitjudge.models import load_model
 
 
 def median_time(fn, repeats: int, warmup=None):
@@ -41,15 +39,6 @@ def median_time(fn, repeats: int, warmup=None):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), out
-
-
-def engine_tokens(engine: Engine, groups) -> int:
-    """Tokens the engine runs for these prompts: the nodes of each item's trie, as it builds them."""
-    total = 0
-    for g in groups:
-        job = prompt_job(g)
-        total += count_tokens(build(job.sequences, job.reads, min_shared=engine.min_shared))
-    return total
 
 
 def max_prob_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:

@@ -6,7 +6,7 @@ tolerance 1e-5 on option probabilities) and the time of the engine and of the pl
 prompt and label) on ``--texts`` texts of about ``--text-tokens`` tokens x balanced orders of an n-option rubric.
 Prints a table and writes JSON. On a GPU: ``--device cuda`` (``benchmarks/gpu_check.sh`` runs it).
 
-    .venv/bin/python benchmarks/families.py --device cpu --width 64 --texts 2      # smoke, ~1 min on 2 cores
+    .venv/bin/python -m benchmarks.families --device cpu --width 64 --texts 2      # smoke, ~1 min on 2 cores
 """
 
 from __future__ import annotations
@@ -21,10 +21,14 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # conftest's tiny tokenizer, the family builders
 
 
 def _families_module():
+    """tests/test_families.py's builders. It imports ``conftest`` by that name (pytest puts tests/ on sys.path):
+    the root's ``tests.conftest`` (importable as ``python -m benchmarks.families`` runs from the root) answers it."""
+    import tests.conftest
+
+    sys.modules.setdefault("conftest", tests.conftest)
     spec = importlib.util.spec_from_file_location("test_families_builders", ROOT / "tests" / "test_families.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
@@ -87,7 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "families.json"))
     args = ap.parse_args(argv)
     fam = _families_module()
-    from conftest import tiny_tokenizer
+    from tests.conftest import tiny_tokenizer
 
     tok = tiny_tokenizer()
     names = args.families.split(",") if args.families else fam.FAMILIES

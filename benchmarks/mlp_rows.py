@@ -8,7 +8,7 @@ speed-up over the whole call as the median of the per-round ratios (a paired est
 on a shared machine moves both runs of a round together), and what the dispatcher chose for that bucket of rows
 on this machine (measured once per machine and cached, ``logitjudge_kernels.dispatch``).
 
-    .venv/bin/python benchmarks/mlp_rows.py [--model qwen2.5-coder-0.5b-instruct|gemma-3-270m|FOLDER]
+    .venv/bin/python -m benchmarks.mlp_rows [--model qwen2.5-coder-0.5b-instruct|gemma-3-270m|FOLDER]
         [--rows 256,512,768,1024,1536,2048] [--rounds 20] [--threads 2] [--out benchmarks/results/mlp_rows.json]
 """
 
@@ -23,11 +23,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import judge_model  # noqa: E402
-
-from logitjudge.autodtype import cpu_info, describe_cpu  # noqa: E402
-from logitjudge.judge.backends import native_gemms as ng  # noqa: E402
+from benchmarks import judge_model
+from logitjudge.autodtype import cpu_info, describe_cpu
+from logitjudge.judge.backends import native_gemms as ng
 
 
 def mlp_of(cfg: dict) -> tuple[ng.GatedMLP, ng.Weight, int, int, str]:

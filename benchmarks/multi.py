@@ -5,7 +5,7 @@ one full forward per slot with the earlier greedy answers written out. Marginal 
 earlier answer: 6 x 5 needs n * sum_j n^j = 19,530 label continuations per prompt (3,906 contexts), so its plain
 path (one forward per context) is measured on the 3-criterion subset and the 6 x 5 engine run is timed alone.
 
-    .venv/bin/python benchmarks/multi.py [--orderings 2] [--quick] [--out benchmarks/results/multi.json]
+    .venv/bin/python -m benchmarks.multi [--orderings 2] [--quick] [--out benchmarks/results/multi.json]
 """
 
 from __future__ import annotations
@@ -20,16 +20,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workloads  # noqa: E402
-
-from logitjudge import orderings  # noqa: E402
-from logitjudge.engine import Engine, distribution, plain_prompt_logprobs  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
-from logitjudge.multi import marginal_cost, score_multi  # noqa: E402
-from logitjudge.prompts import builtin_template  # noqa: E402
-from logitjudge.requests import encode, slot_request  # noqa: E402
-from logitjudge.rubric import builtin_rubric  # noqa: E402
+from benchmarks import workloads
+from logitjudge import orderings
+from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
+from logitjudge.models import load_model
+from logitjudge.multi import marginal_cost, score_multi
+from logitjudge.prompts import builtin_template
+from logitjudge.requests import encode, slot_request
+from logitjudge.rubric import builtin_rubric
 
 
 def plain_greedy(lm, tpl, rub, item, oo, co):

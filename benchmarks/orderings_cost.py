@@ -5,7 +5,7 @@ all = 120 orders per text against balanced's 10). Per design: prompts, trie toke
 ``--repeats`` runs, the designs interleaved within each repeat so that a shared machine's load falls on all of
 them alike. Prints a table and writes JSON.
 
-    .venv/bin/python benchmarks/orderings_cost.py [--workload 8x350] [--designs balanced,all,random:10] [--repeats 2]
+    .venv/bin/python -m benchmarks.orderings_cost [--workload 8x350] [--designs balanced,all,random:10] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workloads  # noqa: E402
-from engine import engine_tokens  # noqa: E402
-
-from logitjudge.engine import Engine  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
+from benchmarks import workloads
+from benchmarks.workloads import engine_tokens
+from logitjudge.engine import Engine
+from logitjudge.models import load_model
 
 
 def main(argv=None) -> int:

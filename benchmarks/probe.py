@@ -27,7 +27,7 @@ computes the full-vocabulary logits only at the positions read (``--plain-logits
 vocabulary), or at every position, as the hook libraries do (``--plain-logits all``). The CPU model and its ISA
 flags are printed and written with the numbers.
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/probe.py [--quick] [--threads 2]
+    OMP_NUM_THREADS=2 .venv/bin/python -m benchmarks.probe [--quick] [--threads 2]
 """
 
 from __future__ import annotations
@@ -66,10 +66,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    sys.path.insert(0, str(HERE))
-    import workloads
-    from rss import measured
-
+    from benchmarks import workloads
+    from benchmarks.rss import measured
     from logitjudge.autodtype import cpu_info, describe_cpu
     from logitjudge.engine import Engine
     from logitjudge.models import load_model, set_threads

@@ -22,7 +22,7 @@ throughput measured on this machine first (a few seconds; or ``--tokens-per-s``)
 (default 25) in total; each study has a minimum size, so a very slow machine can run over. ``--quick`` is a
 smoke version of a few minutes at most: one small group per data set, 4 random orderings on MT-Bench.
 
-    python benchmarks/reproduce.py [--quick] [--minutes 25] [--threads auto] [--data-dir ../shared/data]
+    python -m benchmarks.reproduce [--quick] [--minutes 25] [--threads auto] [--data-dir ../shared/data]
                                    [--model gemma-3-270m|qwen2.5-coder-1.5b-instruct|FILE.gguf|ollama:NAME|ID]
 
 Writes ``benchmarks/results/reproduce.json`` (``reproduce_quick.json`` with --quick; another ``--model`` adds its
@@ -43,13 +43,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.findings import STUDIES, extract, findings, markdown, skipped  # the study table, a module of its own
+from benchmarks.judge_model import DEFAULT as DEFAULT_MODEL
+from benchmarks.judge_model import run_tag
 from logitjudge.experiment import prepare, run_experiment
 from logitjudge.stats import jsonable
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from findings import STUDIES, extract, findings, markdown, skipped  # noqa: E402 - the study table, a module of its own
-from judge_model import DEFAULT as DEFAULT_MODEL  # noqa: E402
-from judge_model import run_tag  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 MT_MODELS = ["alpaca-13b", "claude-v1", "gpt-3.5-turbo", "gpt-4", "llama-13b", "vicuna-13b-v1.3"]

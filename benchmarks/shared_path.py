@@ -11,7 +11,7 @@ forward calls and tokens counted, and the largest difference of any option proba
 backend): trie segments shorter than it below an item's prefix are run once per branch, so that a level's rows
 batch into one call (the shared backend runs the rows of one prefix per call).
 
-    .venv/bin/python benchmarks/shared_path.py --model FOLDER|NAME [--workload 8x350] [--min-shared auto,0]
+    .venv/bin/python -m benchmarks.shared_path --model FOLDER|NAME [--workload 8x350] [--min-shared auto,0]
         [--repeats 2] [--threads 2] [--out benchmarks/results/shared_path.json]
 
 Any judge works; one the native step takes is forced to ``shared`` here (the Qwen2.5 0.5B judge: its de-quantised
@@ -28,13 +28,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workloads  # noqa: E402
-
-from logitjudge.autodtype import cpu_info, describe_cpu  # noqa: E402
-from logitjudge.engine import Engine  # noqa: E402
-from logitjudge.judge.baselines import prefix_cache_prompt_logprobs  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
+from benchmarks import workloads
+from logitjudge.autodtype import cpu_info, describe_cpu
+from logitjudge.engine import Engine
+from logitjudge.judge.baselines import prefix_cache_prompt_logprobs
+from logitjudge.models import load_model
 
 
 def runners(lm, groups, settings: list[str]) -> dict:

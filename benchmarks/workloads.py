@@ -2,7 +2,7 @@
 
 API (all a caller needs)::
 
-    import workloads                       # benchmarks/ on sys.path (``python benchmarks/x.py`` does that)
+    from benchmarks import workloads       # from the root, as ``python -m benchmarks.x`` runs
     wl = workloads.build("8x350", lm)      # lm: anything with .tokenizer and .max_length (a LoadedModel)
     wl.groups                              # list per item of EncodedPrompt (logitjudge.requests.item_prompts)
     wl.prompts                             # the same, flat (item-major)
@@ -172,6 +172,20 @@ def best_of_interleaved(fns: dict, repeats: int) -> tuple[dict, dict]:
             last[name] = fn()
             best[name] = min(best[name], time.perf_counter() - t0)
     return best, last
+
+
+def engine_tokens(engine, groups) -> int:
+    """Tokens ``engine`` (a ``logitjudge.engine.Engine``) runs for these prompts: the nodes of each item's trie, as
+    it builds them (its ``min_shared``)."""
+    from logitjudge.engine import prompt_job
+    from logitjudge.trie import build as build_trie
+    from logitjudge.trie import count_tokens
+
+    total = 0
+    for g in groups:
+        job = prompt_job(g)
+        total += count_tokens(build_trie(job.sequences, job.reads, min_shared=engine.min_shared))
+    return total
 
 
 def groups_from_json(d: dict) -> list[list[EncodedPrompt]]:

@@ -8,8 +8,8 @@ On a CPU with AVX-512 the C kernels built for ``-march=x86-64-v3`` (AVX2) are ti
 (rows ``C x86-64-v3``). The JSON holds the CPU model, its ISA flags and the load average beside every row: on a
 shared machine, compare rows taken at similar load.
 
-    python benchmarks/kernels.py --threads 2            # CPU: the per-kernel table (~3-5 min)
-    python benchmarks/kernels.py --threads 2 --quick    # fewer repeats, 1/16/64 rows
+    python -m benchmarks.kernel_speed --threads 2            # CPU: the per-kernel table (~3-5 min)
+    python -m benchmarks.kernel_speed --threads 2 --quick    # fewer repeats, 1/16/64 rows
 
 On CUDA, the grid below:
 
@@ -29,8 +29,8 @@ allocated before it; the plain attention call includes building its per-row K/V)
 allocator statistics, so the column is analytic: the bytes of K/V (attention) or of logits-sized
 temporaries (read-out) that each path materialises.
 
-    python benchmarks/kernels.py                # CUDA if available: full grid
-    python benchmarks/kernels.py --quick        # reduced grid
+    python -m benchmarks.kernel_speed                # CUDA if available: full grid
+    python -m benchmarks.kernel_speed --quick        # reduced grid
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import functools
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -49,8 +48,7 @@ import torch.nn.functional as F
 from logitjudge_kernels import HAS_TRITON, label_logprobs, shared_prefix_attention, shared_prefix_attention_aten
 from logitjudge_kernels.cpu_attention import c_attention_refusal
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu_kernels import cpu_table, print_cpu_table  # noqa: E402
+from benchmarks.cpu_kernels import cpu_table, print_cpu_table
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HQ, HKV, HEAD_DIM, HIDDEN, VOCAB = 4, 1, 256, 640, 262_144
