@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from benchmarks.timing import best_of_interleaved
+
 HERE = Path(__file__).resolve().parent
 
 GEMMA_SHAPES = [(640, 1024), (640, 256), (640, 256), (1024, 640), (640, 2048), (640, 2048), (2048, 640)]
@@ -26,15 +28,6 @@ def matmul_rate(threads: int, rows: int = 512, reps: int = 20, shapes=None, sust
     ws = [torch.randn(o, i) / i ** 0.5 for i, o in shapes]
     flops = sum(2 * rows * i * o for i, o in shapes)
 
-    def best(fn) -> float:
-        fn()
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return min(ts)
-
     def sustained(fn) -> float:
         """FLOP/s of ``fn`` repeated back to back for ``sustain_s`` seconds: total FLOPs / total time."""
         n, t0 = 0, time.perf_counter()
@@ -48,10 +41,10 @@ def matmul_rate(threads: int, rows: int = 512, reps: int = 20, shapes=None, sust
         packed = [torch.ops.mkldnn._reorder_linear_weight(w, rows) for w in ws]  # as the native Gemma-3 backend packs
         paths["onednn_packed"] = lambda: [torch.ops.mkldnn._linear_pointwise(xs[i], p, None, "none", [], "")
                                           for (i, _), p in zip(shapes, packed)]
-    rates = {path: flops / best(fn) for path, fn in paths.items()}
+    rates = {path: flops / t.best for path, t in best_of_interleaved(paths, reps, warmup=True).items()}
     fastest = max(rates, key=rates.get)
     a, b = torch.randn(rows, d_big[0]), torch.randn(*d_big)
-    t_single = best(lambda: a @ b)
+    t_single = best_of_interleaved({"single": lambda: a @ b}, reps, warmup=True)["single"].best
     return {"rows": rows, "threads": threads, "layer_flops_per_s": rates[fastest], "shapes": shapes,
             "layer_flops_per_s_by_path": rates, "largest_matmul": list(d_big),
             "largest_matmul_flops_per_s": 2 * rows * d_big[0] * d_big[1] / t_single,

@@ -2,7 +2,7 @@
 # One-shot GPU check of logitjudge, to run on a CUDA machine (from any directory):
 #   bash benchmarks/gpu_check.sh
 # 1. environment report, 2. GPU tests of the kernels (pytest -m gpu), 3. kernel benchmark (full CUDA grid),
-# 4. engine benchmark (benchmarks/engine.py --device cuda --dtype bf16) if that file exists,
+# 4. engine benchmark (python -m benchmarks.engine --device cuda --dtype bf16) if benchmarks/engine.py exists,
 # 5. per architecture family (tests/test_families.py builders, random weights, hidden 256): the mode `auto`
 #    picks, an exactness audit against the plain forward and a throughput table (benchmarks/families.py),
 # 6. where the machine has 2+ GPUs: two torchrun ranks, each on its own GPU (benchmarks/torchrun_check.py).

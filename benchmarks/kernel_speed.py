@@ -39,7 +39,6 @@ import argparse
 import functools
 import json
 import math
-import statistics
 import time
 from pathlib import Path
 
@@ -49,29 +48,19 @@ from logitjudge_kernels import HAS_TRITON, label_logprobs, shared_prefix_attenti
 from logitjudge_kernels.cpu_attention import c_attention_refusal
 
 from benchmarks.cpu_kernels import cpu_table, print_cpu_table
+from benchmarks.timing import best_of_interleaved
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HQ, HKV, HEAD_DIM, HIDDEN, VOCAB = 4, 1, 256, 640, 262_144
 
 
 def _timeit(fn, device: torch.device, repeats: int, warmup: int) -> float:
-    """Wall time of ``fn()`` in milliseconds: median on CUDA; minimum on CPU (robust to other processes)."""
+    """Wall time of ``fn()`` in milliseconds after ``warmup`` untimed calls: the best of ``repeats``
+    (``benchmarks.timing``; on CUDA the device is synchronised around each call, so its work is inside the time)."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times) if device.type == "cuda" else min(times)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    return best_of_interleaved({"fn": fn}, repeats, sync=sync)["fn"].best * 1e3
 
 
 def _peak_bytes(fn, device: torch.device) -> int | None:

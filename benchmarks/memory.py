@@ -26,18 +26,14 @@ HERE = Path(__file__).resolve().parent
 
 
 def worker(mode: str, n_orderings: int, n_tokens: int, budget: int, min_shared: int) -> dict:
-    import torch
-
     from benchmarks import workloads
     from benchmarks.rss import measured
     from logitjudge.engine import Engine
-    from logitjudge.models import load_model
     from logitjudge.orderings import shared_random
     from logitjudge.rubric import builtin_rubric
     from logitjudge.scoring import score
 
-    torch.set_num_threads(2)
-    lm = load_model("gemma-3-270m")
+    lm, _ = workloads.load("gemma-3-270m", [], threads=2)
     item = workloads.make_texts(lm.tokenizer, 1, n_tokens, "hanna")[0][0]
     engine = Engine(lm, prefix_mode=mode, token_budget=budget, min_shared=min_shared)
     orders = shared_random(5, n_orderings, rng=0)

@@ -70,13 +70,13 @@ def main(argv=None) -> int:
     from benchmarks.rss import measured
     from logitjudge.autodtype import cpu_info, describe_cpu
     from logitjudge.engine import Engine
-    from logitjudge.models import load_model, set_threads
+    from logitjudge.models import set_threads
     from logitjudge.probe.patching import make_pairs, make_sites, patch_item
     from logitjudge.probe.prompts import probe_prompts
 
     threads = set_threads(args.threads)
-    lm = load_model(args.model, device=args.device)
-    wl = workloads.build(args.workload, lm)
+    lm, wls = workloads.load(args.model, [args.workload], device=args.device)
+    wl = wls[args.workload]
     items = wl.items[:1] if args.quick else wl.items
     backend = Engine(lm, prefix_mode=args.prefix_mode).backend
     mode = backend.name

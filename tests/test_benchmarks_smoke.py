@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import breakdown, floor, judge_model, mlp_rows, peers, probe, workloads
+from benchmarks import breakdown, floor, judge_model, mlp_rows, peers, probe, timing, workloads
 from logitjudge.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,16 +247,24 @@ def test_floor_from_config_hand_checked():
     assert jm.floor_facts({**cfg, "model_type": "qwen2", "sliding_window": 32})["layer_windows"] == [None] * 3
 
 
-def test_best_of_interleaved_keeps_the_fastest_round_and_the_last_value(monkeypatch):
-    """benchmarks/workloads.py: the names run interleaved, once per round; per name the best time and the last
-    run's value (a clock that advances by a scripted amount per call, so the best is known)."""
-    ticks = iter([0.0, 5.0, 5.0, 6.0, 6.0, 8.0, 8.0, 20.0])  # a: 5 then 2 s, b: 1 then 12 s
-    monkeypatch.setattr(workloads.time, "perf_counter", lambda: next(ticks))
-    calls = []
+def test_best_of_interleaved_keeps_the_fastest_round_its_spread_and_the_last_value():
+    """benchmarks/timing.py, the benchmarks' one timing helper: the names run interleaved, once per round, the order
+    reversed every other round; per name the best seconds, the spread (slowest - fastest), every round's seconds and
+    the last run's value (a clock that advances by a scripted amount per call, so the numbers are known)."""
+    ticks = iter([0.0, 5.0, 5.0, 6.0, 6.0, 18.0, 18.0, 20.0])  # a: 5 then 2 s, b: 1 then 12 s (run before a)
+    calls, seen = [], []
     fns = {"a": lambda: calls.append("a") or len(calls), "b": lambda: calls.append("b") or len(calls)}
-    best, last = workloads.best_of_interleaved(fns, 2)
-    assert calls == ["a", "b", "a", "b"]
-    assert best == {"a": 2.0, "b": 1.0} and last == {"a": 3, "b": 4}
+    got = timing.best_of_interleaved(fns, 2, clock=lambda: next(ticks), on_time=lambda n, t: seen.append((n, t)))
+    assert calls == ["a", "b", "b", "a"] and seen == [("a", 5.0), ("b", 1.0), ("b", 12.0), ("a", 2.0)]
+    assert (got["a"].best, got["a"].spread, got["a"].times, got["a"].value) == (2.0, 3.0, [5.0, 2.0], 4)
+    assert (got["b"].best, got["b"].spread, got["b"].times, got["b"].value) == (1.0, 11.0, [1.0, 12.0], 3)
+    assert got["a"].line() == "2.00 s (spread 3.00 s, 2 rounds)"
+    # warm-ups run untimed first; a round with a run over stop_after seconds is the last
+    ticks, calls[:] = iter([0.0, 1.0, 1.0, 9.0]), []
+    got = timing.best_of_interleaved(fns, 5, warmup={"a": lambda: calls.append("warm a")}, clock=lambda: next(ticks),
+                                     stop_after=4.0)
+    assert calls == ["warm a", "b", "a", "b"]  # b has no warm-up of its own: one untimed run of itself
+    assert got["a"].times == [1.0] and got["b"].times == [8.0] and got["a"].line() == "1.00 s (1 round)"
 
 
 def test_mlp_rows_benchmark_times_every_variant_on_a_judges_shapes(tmp_path, monkeypatch):
@@ -274,10 +282,11 @@ def test_mlp_rows_benchmark_times_every_variant_on_a_judges_shapes(tmp_path, mon
     assert mlp_rows.main(["--model", str(judge), "--rows", "200,300,600", "--rounds", "2", "--out", str(out)]) == 0
     got = json.loads(out.read_text())
     assert (got["d"], got["intermediate"], got["activation"]) == (32, 48, "silu")
-    seen = [sorted(r["gflops_median"]) for r in got["rows"]]
+    seen = [sorted(r["gflops_best"]) for r in got["rows"]]
     assert seen == [["whole"], ["blocks of 256", "whole"], sorted(["whole", "blocks of 512", "blocks of 384",
                                                                    "blocks of 256"])]
-    assert all(r["speedup_vs_whole_median_paired"]["whole"] == 1.0 for r in got["rows"])
+    assert all(r["speedup_vs_whole_best"]["whole"] == 1.0 and r["seconds_spread"].keys() == r["gflops_best"].keys()
+               for r in got["rows"])
     assert got["rows"][0]["dispatcher_choice"] == "whole"  # one candidate: nothing measured
 
 
