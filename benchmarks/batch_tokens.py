@@ -6,7 +6,7 @@ size, the whole workload through ``Engine(lm)`` with ``engine.backend.batch_toke
 interleaved over ``--repeats`` rounds (other load on the machine only slows a run down, and interleaving spreads
 it over the sizes), best of the rounds; the largest difference of any option probability from the first size's.
 
-    .venv/bin/python benchmarks/batch_tokens.py [--model gemma-3-270m|NAME|FOLDER] [--workload 8x350]
+    .venv/bin/python -m benchmarks.batch_tokens [--model gemma-3-270m|NAME|FOLDER] [--workload 8x350]
         [--sizes 4096,2048,1024,512] [--repeats 2] [--threads 2] [--out benchmarks/results/batch_tokens.json]
 
 Prints a table (size, forward calls, seconds, x the fastest) and writes the JSON with the CPU.
@@ -20,14 +20,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workloads  # noqa: E402
-
-from logitjudge.autodtype import cpu_info, describe_cpu  # noqa: E402
-from logitjudge.engine import Engine  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
+from benchmarks import workloads
+from benchmarks.timing import best_of_interleaved
+from logitjudge.autodtype import cpu_info, describe_cpu
+from logitjudge.engine import Engine
 
 
 def main(argv=None) -> int:
@@ -41,9 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="benchmarks/results/batch_tokens.json")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    torch.set_num_threads(args.threads)
-    lm = load_model(args.model, dtype="fp32", device="cpu")
-    wl = workloads.build(args.workload, lm, data_dir=args.data_dir)
+    lm, wls = workloads.load(args.model, [args.workload], threads=args.threads, data_dir=args.data_dir)
+    wl = wls[args.workload]
     engine = Engine(lm, token_budget=max(sizes))
     engine.prompt_logprobs([wl.groups[0][:2]])  # warm-up: oneDNN builds its kernels at the first call
 
@@ -53,18 +49,21 @@ def main(argv=None) -> int:
         out = engine.prompt_logprobs(wl.groups)
         return engine.stats["forward_calls"] - before, np.concatenate([np.exp(lp) for g in out for lp in g])
 
-    best, last = workloads.best_of_interleaved({n: (lambda n=n: at(n)) for n in sizes}, args.repeats)
-    calls, probs = {n: last[n][0] for n in sizes}, {n: last[n][1] for n in sizes}
+    timed = best_of_interleaved({n: (lambda n=n: at(n)) for n in sizes}, args.repeats)
+    best, spread = {n: t.best for n, t in timed.items()}, {n: t.spread for n, t in timed.items()}
+    calls, probs = {n: timed[n].value[0] for n in sizes}, {n: timed[n].value[1] for n in sizes}
     fastest = min(best.values())
     cpu = describe_cpu(cpu_info())
     print(f"# {args.workload}, {args.model}, fp32, prefix mode {engine.prefix_mode}, {args.threads} threads; "
           f"best of {args.repeats} interleaved rounds\n# CPU: {cpu}\n")
-    print("| tokens per call | forward calls | seconds | x fastest | max abs dp vs first |\n|---:|---:|---:|---:|---:|")
+    print("| tokens per call | forward calls | seconds | spread | x fastest | max abs dp vs first |\n"
+          "|---:|---:|---:|---:|---:|---:|")
     rows = []
     for n in sizes:
         dp = float(np.abs(probs[n] - probs[sizes[0]]).max())
-        rows.append({"batch_tokens": n, "forward_calls": calls[n], "seconds": best[n], "max_abs_dp": dp})
-        print(f"| {n} | {calls[n]} | {best[n]:.2f} | {best[n] / fastest:.2f} | {dp:.1e} |")
+        rows.append({"batch_tokens": n, "forward_calls": calls[n], "seconds": best[n], "spread_seconds": spread[n],
+                     "max_abs_dp": dp})
+        print(f"| {n} | {calls[n]} | {best[n]:.2f} | {spread[n]:.2f} | {best[n] / fastest:.2f} | {dp:.1e} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"cpu": cpu, "model": args.model, "workload": args.workload, "threads": args.threads,

@@ -12,7 +12,7 @@ table (it is inside the parts, not one of them). Each part's FLOPs rate is print
 (GEMMs: 2 x rows x weight size of every call; attention: the trie's (query, key) pairs as in
 benchmarks/peers.py, which the last layer's pruning makes a slight overestimate).
 
-    .venv/bin/python benchmarks/breakdown.py [--model gemma-3-270m|FOLDER] [--workload 8x350]
+    .venv/bin/python -m benchmarks.breakdown [--model gemma-3-270m|FOLDER] [--workload 8x350]
         [--dtype fp32|bf16|auto] [--threads 2] [--repeats 3] [--clock wall|cpu] [--compare shared,plain]
 
 In fp32 with the wall clock the parts are also set against ``benchmarks/peers.py``'s floor incl. attention (the
@@ -42,18 +42,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import torch
 from logitjudge_kernels import dispatch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import judge_model  # noqa: E402
-import peers  # noqa: E402  (its floor: the layer matmul rate)
-import workloads  # noqa: E402
-
-import logitjudge.judge.backends.native_common as native  # noqa: E402
-from logitjudge.autodtype import cpu_info, describe_cpu, resolve_dtype  # noqa: E402
-from logitjudge.engine import Engine, distribution  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
+import logitjudge.judge.backends.native_common as native
+from benchmarks import floor, judge_model, workloads  # floor: peers.py's, the layer matmul rate
+from benchmarks.timing import best_of_interleaved
+from logitjudge.autodtype import cpu_info, describe_cpu, resolve_dtype
+from logitjudge.engine import Engine, distribution
 
 PARTS = {  # (owner, attribute) -> label
     (native.Weight, "__call__"): "GEMMs: q/k/v, output, down projections",
@@ -153,7 +148,7 @@ def print_gap(gap: dict, rates: list[float], runs: list[float]) -> None:
 def layer_rate(facts: dict, threads: int) -> float:
     """The judge layer's fp32 matmul rate (FLOP/s, best repetition) as ``benchmarks/peers.py`` measures it for
     its floors, on the layer shapes of ``facts`` (``judge_model.floor_facts`` of the judge's config)."""
-    return peers.matmul_rate(threads, shapes=facts["layer_shapes"], sustain_s=0)["layer_flops_per_s"]
+    return floor.matmul_rate(threads, shapes=facts["layer_shapes"], sustain_s=0)["layer_flops_per_s"]
 
 
 def main(argv=None) -> int:
@@ -171,23 +166,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
-    torch.set_num_threads(args.threads)
     dtype, why = resolve_dtype(args.dtype, "cpu")
-    lm = load_model(args.model, dtype=dtype)
+    lm, wls = workloads.load(args.model, [args.workload], dtype=dtype, threads=args.threads)
     engine = Engine(lm)
     if engine.prefix_mode != "native":
         ap.error(f"the breakdown times the native step function; this model runs {engine.prefix_mode!r}")
-    wl = workloads.build(args.workload, lm)
+    wl = wls[args.workload]
     engine.prompt_logprobs([wl.groups[0][:1]])  # warm-up (and the C kernels' build, if not cached)
     # the floor is an fp32 one, in wall-clock seconds; its rate is measured before the runs and after them
     against_floor = dtype == "fp32" and args.clock == "wall"
     facts = judge_model.floor_facts(lm.model.config.to_dict()) if against_floor else {}
     rates = [layer_rate(facts, args.threads)] if against_floor else []
-    plain = []
-    for _ in range(args.repeats):
-        t0 = CLOCK()
-        engine.prompt_logprobs(wl.groups)
-        plain.append(CLOCK() - t0)
+    # the untimed-part runs: best of --repeats (benchmarks.timing), on this script's clock
+    plain = best_of_interleaved({"run": lambda: engine.prompt_logprobs(wl.groups)}, args.repeats,
+                                clock=CLOCK)["run"].times
     total, seconds, gemm_flops = timed_run(engine, wl.groups)
     step_fn = engine.backend.step
     attn_flops = wl.attention_flops(step_fn.heads, step_fn.head_dim, [lw.window for lw in step_fn.layers])
@@ -203,7 +195,7 @@ def main(argv=None) -> int:
     gap = None
     if against_floor:
         rates.append(layer_rate(facts, args.threads))
-        floor_gemm, floor_attention = peers.floor_flops(facts, wl)
+        floor_gemm, floor_attention = floor.floor_flops(facts, wl)
         gap = floor_gap(table, flops, rate=max(rates), attention_flops=floor_attention, floor_gemm_flops=floor_gemm)
     print("| part | seconds | share | GFLOP/s |")
     print("|---|---:|---:|---:|")
@@ -245,12 +237,9 @@ def compare(lm, groups, modes: list[str], repeats: int, native_s: float, native_
     ref = _probs(native_lp)
     for mode in modes:
         eng = Engine(lm, prefix_mode=mode)
-        eng.prompt_logprobs([groups[0][:1]])  # warm-up
-        times, lp = [], None
-        for _ in range(1 if mode == "plain" else repeats):
-            t0 = CLOCK()
-            lp = eng.prompt_logprobs(groups)
-            times.append(CLOCK() - t0)
+        t = best_of_interleaved({mode: lambda eng=eng: eng.prompt_logprobs(groups)}, 1 if mode == "plain" else repeats,
+                                warmup={mode: lambda eng=eng: eng.prompt_logprobs([groups[0][:1]])}, clock=CLOCK)[mode]
+        times, lp = t.times, t.value
         diff = max(float(np.abs(a - b).max()) for a, b in zip(_probs(lp), ref))
         out[mode] = {"run_s": min(times), "runs_s": times, "max_abs_prob_diff_vs_native": diff}
         print(f"{mode}: {min(times):.2f} s ({min(times) / native_s:.2f}x the native step's {native_s:.2f} s), "

@@ -1,4 +1,4 @@
-"""The CPU table of ``benchmarks/kernels.py``: every implementation of every dispatched kernel at 1/4/16/64/256
+"""The CPU table of ``benchmarks/kernel_speed.py``: every implementation of every dispatched kernel at 1/4/16/64/256
 rows of Gemma-3-270M's shapes, the dispatcher's choice marked, and the default's time against the switch's off.
 
 Rows of each kernel (what 1, 4, ..., 256 stands for):
@@ -10,7 +10,8 @@ Rows of each kernel (what 1, 4, ..., 256 stands for):
 * ``rms_norm`` / ``residual_rms_norm``: token rows of d = 640; ``qk_norm_rope``: token rows of 4 + 2 x 1 heads of 256.
 
 Implementations: ``C`` (the native build), ``C x86-64-v3`` (the AVX2 build, where the CPU has AVX-512), ``aten``
-(attention: ATen's flash kernel), ``torch`` (the reference). Interleaved repeats, the minimum of each.
+(attention: ATen's flash kernel), ``torch`` (the reference). Interleaved repeats, the best of each
+(``benchmarks.timing``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from logitjudge_kernels.prefix_attention import (
     shared_prefix_attention_ref,
 )
 from logitjudge_kernels.readout import READOUT_LSE, _lse_ref
+
+from benchmarks.timing import best_of_interleaved
 
 KERNELS = ("readout", "attention", "rms_norm", "residual_rms_norm", "qk_norm_rope")
 V, HIDDEN, HQ, HKV, HEAD_DIM, PREFIX, SUFFIX, WINDOW = 262_144, 640, 4, 1, 256, 404, 78, 512
@@ -94,21 +97,10 @@ def implementations(kernel: str, targets: list[str]) -> dict:
     return impls | {"torch": getattr(cn, f"{kernel}_ref")}
 
 
-CLOCK = time.perf_counter  # time.process_time with --clock cpu (1 thread on a shared machine: the work alone)
-
-
-def _time(fn, args, kw, seconds: dict, name: str) -> None:
-    t0 = CLOCK()
-    fn(*args, **kw)
-    seconds[name] = min(seconds.get(name, float("inf")), CLOCK() - t0)
-
-
 def cpu_table(rows: list[int], *, repeats: int = 3, kernels=None, remeasure: bool = False, out=None,
               clock: str = "wall") -> dict:
     """Measure every kernel x rows x implementation; the JSON-ready {"meta", "results"} (saved to ``out`` after
     every row, so that a run cut short keeps what it measured)."""
-    global CLOCK
-    CLOCK = time.process_time if clock == "cpu" else time.perf_counter
     from logitjudge.autodtype import cpu_info, describe_cpu
 
     t_start = time.perf_counter()
@@ -128,15 +120,15 @@ def cpu_table(rows: list[int], *, repeats: int = 3, kernels=None, remeasure: boo
             pick, bucket, decision = DISPATCHED[kernel].choose(*args, **kw)  # measured here once if not cached
             off = next((c.name for c in DISPATCHED[kernel].candidates if not c.native
                         and not c.refusal(*args, **kw)), "torch")
-            seconds: dict = {}
-            for fn in impls.values():  # warm-up
-                fn(*args, **kw)
-            for _ in range(repeats):
-                for name, fn in impls.items():
-                    _time(fn, args, kw, seconds, name)
+            # --clock cpu: the process's CPU time (1 thread on a shared machine: the work alone)
+            timed = best_of_interleaved({name: (lambda fn=fn, a=args, k=kw: fn(*a, **k))
+                                         for name, fn in impls.items()},
+                                        repeats, warmup=True,
+                                        clock=time.process_time if clock == "cpu" else time.perf_counter)
+            seconds = {name: t.best for name, t in timed.items()}
             load = _load()
             for name, s in seconds.items():
-                results.append(dict(kernel=kernel, rows=r, shape=shape, impl=name, seconds=s,
+                results.append(dict(kernel=kernel, rows=r, shape=shape, impl=name, seconds=s, spread=timed[name].spread,
                                     rate=work / s / 1e9, unit=unit, chosen=name == pick.name,
                                     default_over_off=seconds[pick.name] / seconds[off] if name == pick.name
                                     else None, off=off, bucket=bucket, decision_why=decision.get("why"),

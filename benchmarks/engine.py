@@ -4,7 +4,7 @@
 sharing, logits only at the last position (``judge.baselines.batched_prompt_logprobs``), (c) the engine. n=5, balanced
 orderings (10 prompts per text). Prints a table and writes JSON.
 
-    .venv/bin/python benchmarks/engine.py [--workloads 1x350,8x350] [--dtype fp32] [--device cpu] [--repeats 3]
+    .venv/bin/python -m benchmarks.engine [--workloads 1x350,8x350] [--dtype fp32] [--device cpu] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -12,44 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workloads  # noqa: E402
-
-from logitjudge.engine import Engine, distribution, plain_prompt_logprobs, prompt_job  # noqa: E402
-from logitjudge.judge.baselines import batched_prompt_logprobs  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
-from logitjudge.trie import build, count_tokens  # noqa: E402
-
-
-def median_time(fn, repeats: int, warmup=None):
-    (warmup or fn)()  # first-call costs (allocator, thread pools) are not the peer's
-    times, out = [], None
-    for _ in range(repeats):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
-def engine_tokens(engine: Engine, groups) -> int:
-    """Tokens the engine runs for these prompts: the nodes of each item's trie, as it builds them."""
-    total = 0
-    for g in groups:
-        job = prompt_job(g)
-        total += count_tokens(build(job.sequences, job.reads, min_shared=engine.min_shared))
-    return total
+from benchmarks import workloads
+from benchmarks.timing import best_of_interleaved
+from benchmarks.workloads import engine_tokens
+from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
+from logitjudge.judge.baselines import batched_prompt_logprobs
 
 
 def max_prob_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
@@ -69,9 +42,7 @@ def main(argv=None) -> int:
                     help="the engine's forward path (A/B the native step function against transformers')")
     ap.add_argument("--out", default="benchmarks/results/engine.json")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    lm = load_model(args.model, dtype=args.dtype, device=args.device)
+    lm, wls = workloads.load(args.model, args.workloads, dtype=args.dtype, device=args.device, threads=args.threads)
     engine = Engine(lm, token_budget=args.token_budget, prefix_mode=args.prefix_mode)
     report = {"model": args.model, "dtype": args.dtype, "device": args.device, "prefix_mode": engine.prefix_mode,
               "threads": torch.get_num_threads(),
@@ -79,8 +50,8 @@ def main(argv=None) -> int:
               "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "workloads": []}
     print(f"# engine benchmark: {args.model} {args.dtype} on {args.device}, {torch.get_num_threads()} threads, "
           f"prefix_mode={engine.prefix_mode}")
-    for name in args.workloads.split(","):
-        wl = workloads.build(name, lm)
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else None  # a GPU's work inside the time
+    for name, wl in wls.items():
         groups = wl.groups
         peers = {
             "(a) full forward per prompt": lambda g=groups: [plain_prompt_logprobs(lm.model, x) for x in g],
@@ -93,19 +64,26 @@ def main(argv=None) -> int:
                 "(c) logitjudge engine": lambda g=groups: engine.prompt_logprobs([g[0][:1]])}
         tokens = {"(a) full forward per prompt": wl.plain_tokens,
                   "(b) batched, no prefix sharing": wl.padded_tokens(16) if wl.single_token else None}
+        if not wl.single_token:
+            peers.pop("(b) batched, no prefix sharing")
+        # (a) is minutes long and steady: one run; (b) and (c) interleaved over --repeats rounds, each warmed up on
+        # one prompt first (first-call costs: allocator, thread pools, are not the peer's)
+        plain = "(a) full forward per prompt"
+        timed = best_of_interleaved({plain: peers.pop(plain)}, 1, warmup=warm, sync=sync)
+        timed |= best_of_interleaved(peers, args.repeats, warmup=warm, sync=sync)
         rows, ref = [], None
-        for peer, fn in peers.items():
-            if peer.startswith("(b)") and not wl.single_token:
+        for peer in warm:
+            if peer not in timed:
                 rows.append({"peer": peer, "seconds": None, "note": "needs single-token labels"})
                 continue
-            reps = 1 if peer.startswith("(a)") else args.repeats  # (a) is minutes long and steady
-            secs, out = median_time(fn, reps, warm[peer])
+            secs, out = timed[peer].best, timed[peer].value
             flat = [x for g in out for x in g]
             ref = flat if ref is None else ref
             tok = tokens.get(peer)
             if tok is None:
                 tok = engine_tokens(engine, groups)
-            rows.append({"peer": peer, "seconds": secs, "tokens": tok, "tokens_per_s": tok / secs,
+            rows.append({"peer": peer, "seconds": secs, "spread_seconds": timed[peer].spread,
+                         "runs": len(timed[peer].times), "tokens": tok, "tokens_per_s": tok / secs,
                          "max_abs_prob_diff_vs_a": max_prob_diff(flat, ref)})
         eng_s = rows[-1]["seconds"]
         for r in rows:
@@ -113,13 +91,14 @@ def main(argv=None) -> int:
         report["workloads"].append({"workload": wl.summary(), "rows": rows})
         print(f"\n## {name}: {len(wl.items)} text(s) of ~{int(np.mean(wl.text_tokens))} tokens, "
               f"{len(wl.orderings)} orderings, {wl.rubric.n_options} options ({wl.source})\n")
-        print("| peer | seconds | tokens | tokens/s | × engine time | max |Δp| vs (a) |")
-        print("|---|---|---|---|---|---|")
+        print("| peer | seconds (best) | spread (runs) | tokens | tokens/s | × engine time | max |Δp| vs (a) |")
+        print("|---|---|---|---|---|---|---|")
         for r in rows:
             if r["seconds"] is None:
-                print(f"| {r['peer']} | n/a | | | | {r['note']} |")
+                print(f"| {r['peer']} | n/a | | | | | {r['note']} |")
                 continue
-            print(f"| {r['peer']} | {r['seconds']:.2f} | {r['tokens']:,} | {r['tokens_per_s']:,.0f} | "
+            print(f"| {r['peer']} | {r['seconds']:.2f} | {r['spread_seconds']:.2f} ({r['runs']}) | {r['tokens']:,} | "
+                  f"{r['tokens_per_s']:,.0f} | "
                   f"{r['x_slower_than_engine']:.1f}× | {r['max_abs_prob_diff_vs_a']:.1e} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

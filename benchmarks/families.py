@@ -3,10 +3,11 @@
 For each family of ``tests/test_families.py`` (the same builders, hidden ``--width``): the mode ``auto`` picks,
 an exactness audit (``logitjudge.verify.verify_exactness``: ``--verify`` prompts against the plain forward,
 tolerance 1e-5 on option probabilities) and the time of the engine and of the plain path (one full forward per
-prompt and label) on ``--texts`` texts of about ``--text-tokens`` tokens x balanced orders of an n-option rubric.
+prompt and label; the best of ``--rounds`` interleaved rounds, default 1, ``benchmarks.timing``) on ``--texts``
+texts of about ``--text-tokens`` tokens x balanced orders of an n-option rubric.
 Prints a table and writes JSON. On a GPU: ``--device cuda`` (``benchmarks/gpu_check.sh`` runs it).
 
-    .venv/bin/python benchmarks/families.py --device cpu --width 64 --texts 2      # smoke, ~1 min on 2 cores
+    .venv/bin/python -m benchmarks.families --device cpu --width 64 --texts 2      # smoke, ~1 min on 2 cores
 """
 
 from __future__ import annotations
@@ -15,26 +16,26 @@ import argparse
 import importlib.util
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
+from benchmarks.timing import best_of_interleaved
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # conftest's tiny tokenizer, the family builders
 
 
 def _families_module():
+    """tests/test_families.py's builders. It imports ``conftest`` by that name (pytest puts tests/ on sys.path):
+    the root's ``tests.conftest`` (importable as ``python -m benchmarks.families`` runs from the root) answers it."""
+    import tests.conftest
+
+    sys.modules.setdefault("conftest", tests.conftest)
     spec = importlib.util.spec_from_file_location("test_families_builders", ROOT / "tests" / "test_families.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def run_family(fam, name: str, args, tok) -> dict:
@@ -54,23 +55,18 @@ def run_family(fam, name: str, args, tok) -> dict:
     rub, orders, tpl = fam.rubric(args.options), orderings.balanced(args.options), builtin_template("text-first")
     groups = [item_prompts(lm, rub, it, orders, tpl) for it in items]
     engine = Engine(lm, token_budget=args.token_budget)
-    audit = verify_exactness(engine, groups, args.verify, rng=0)
-    _sync(args.device)
-    t0 = time.perf_counter()
-    engine.prompt_logprobs(groups)
-    _sync(args.device)
-    t_engine = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for g in groups:
-        plain_prompt_logprobs(model, g)
-    _sync(args.device)
-    t_plain = time.perf_counter() - t0
+    audit = verify_exactness(engine, groups, args.verify, rng=0)  # also the warm-up
+    timed = best_of_interleaved({"engine": lambda: engine.prompt_logprobs(groups),
+                                 "plain": lambda: [plain_prompt_logprobs(model, g) for g in groups]}, args.rounds,
+                                sync=torch.cuda.synchronize if args.device.startswith("cuda") else None)
+    t_engine, t_plain = timed["engine"].best, timed["plain"].best
     n_prompts = sum(len(g) for g in groups)
     return {"family": name, "attn_implementation": attn, "prefix_mode": engine.prefix_mode,
             "refused": engine.mode_meta["prefix_mode_refused"], "audit_prompts": audit.n_prompts,
             "audit_max_abs_prob_diff": audit.max_abs_diff, "prompts": n_prompts,
             "prompt_tokens": sum(len(p.prompt_ids) for g in groups for p in g),
-            "engine_s": t_engine, "plain_s": t_plain, "prompts_per_s": n_prompts / t_engine,
+            "engine_s": t_engine, "plain_s": t_plain, "engine_spread_s": timed["engine"].spread,
+            "plain_spread_s": timed["plain"].spread, "prompts_per_s": n_prompts / t_engine,
             "speed_up": t_plain / t_engine}
 
 
@@ -84,10 +80,11 @@ def main(argv=None) -> int:
     ap.add_argument("--verify", type=int, default=5, help="prompts audited against the plain forward")
     ap.add_argument("--token-budget", type=int, default=4096)
     ap.add_argument("--families", default=None, help="comma-separated subset")
+    ap.add_argument("--rounds", type=int, default=1, help="timed rounds, engine and plain interleaved (the best)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "families.json"))
     args = ap.parse_args(argv)
     fam = _families_module()
-    from conftest import tiny_tokenizer
+    from tests.conftest import tiny_tokenizer
 
     tok = tiny_tokenizer()
     names = args.families.split(",") if args.families else fam.FAMILIES

@@ -2,7 +2,7 @@
 # One-shot GPU check of logitjudge, to run on a CUDA machine (from any directory):
 #   bash benchmarks/gpu_check.sh
 # 1. environment report, 2. GPU tests of the kernels (pytest -m gpu), 3. kernel benchmark (full CUDA grid),
-# 4. engine benchmark (benchmarks/engine.py --device cuda --dtype bf16) if that file exists,
+# 4. engine benchmark (python -m benchmarks.engine --device cuda --dtype bf16) if benchmarks/engine.py exists,
 # 5. per architecture family (tests/test_families.py builders, random weights, hidden 256): the mode `auto`
 #    picks, an exactness audit against the plain forward and a throughput table (benchmarks/families.py),
 # 6. where the machine has 2+ GPUs: two torchrun ranks, each on its own GPU (benchmarks/torchrun_check.py).
@@ -59,13 +59,13 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else \"-\"); print(\"t
 step gpu_tests 200 "$PYTHON" -m pytest -q -p no:cacheprovider --noconftest -m gpu -rs tests/test_kernels.py \
   --junitxml="$OUT_DIR/gpu_tests.xml"
 
-step kernels_bench 150 "$PYTHON" benchmarks/kernels.py --device cuda --out "$OUT_DIR/kernels.json"
+step kernels_bench 150 "$PYTHON" -m benchmarks.kernel_speed --device cuda --out "$OUT_DIR/kernels.json"
 
-step families 120 "$PYTHON" benchmarks/families.py --device cuda --width 256 --texts 4 --text-tokens 400 \
+step families 120 "$PYTHON" -m benchmarks.families --device cuda --width 256 --texts 4 --text-tokens 400 \
   --verify 5 --out "$OUT_DIR/families.json"
 
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
-  step two_ranks 120 "$PYTHON" benchmarks/torchrun_check.py
+  step two_ranks 120 "$PYTHON" -m benchmarks.torchrun_check
 else
   echo "=== two_ranks: fewer than 2 GPUs, skipped" | tee -a "$OUT_DIR/summary.txt"
 fi
@@ -73,7 +73,7 @@ fi
 if [ -f benchmarks/engine.py ]; then
   LEFT=$(( 460 - ($(date +%s) - START) ))
   if [ "$LEFT" -gt 20 ]; then
-    step engine_bench "$LEFT" "$PYTHON" benchmarks/engine.py --device cuda --dtype bf16
+    step engine_bench "$LEFT" "$PYTHON" -m benchmarks.engine --device cuda --dtype bf16
   else
     echo "=== engine_bench: skipped, only ${LEFT}s left" | tee -a "$OUT_DIR/summary.txt"
   fi

@@ -11,7 +11,7 @@ attention layer 2 x Hkv x D x 2 bytes (bf16). A linear-attention layer holds ins
 children, its recurrent state (Hv x Dk x Dv fp32) and convolution window. Transient: one batch's activations
 (token budget 4096) and the read-out chunk (<= 512 MiB); we add 2 GiB for both.
 
-    .venv/bin/python benchmarks/judge_memory.py [--data-dir /work/shared/data] [--out results/judge_memory.json]
+    .venv/bin/python -m benchmarks.judge_memory [--data-dir /work/shared/data] [--out results/judge_memory.json]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The judge a peers benchmark runs (``benchmarks/peers.py --model``) and its FLOP floor's shapes.
+"""The judge a peers benchmark runs (``python -m benchmarks.peers --model``) and its FLOP floor's shapes.
 
 :func:`resolve` turns ``--model`` into what each peer loads:
 
@@ -155,3 +155,12 @@ def read_config(judge: Judge) -> dict:
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(judge.load).to_dict()
+
+
+def model_facts(arg: str | None) -> dict:
+    """The judge (``--model``, :func:`resolve`) and its floor's inputs from its config: matmul
+    parameters per token, layer shapes, heads, windows, hidden, vocabulary; the GGUF path or why there is none."""
+    judge = resolve(arg)
+    facts = floor_facts(read_config(judge))
+    return {"model": judge.arg, "load": judge.load, "checkpoint": judge.checkpoint, "gguf": judge.gguf,
+            "gguf_reason": judge.gguf_reason, "non_embedding_params": facts["matmul_params"], **facts}

@@ -10,35 +10,30 @@ trie's sharing below the item's prefix is off (``--min-shared 100000``), so all 
 one prefix, as in a plain batched run: that is where a per-row copy of the prefix costs the most. With the
 trie on (``--min-shared 0``) sibling groups are small and the copied path costs less.
 
-    .venv/bin/python benchmarks/memory.py [--orderings 80] [--tokens 2000] [--out benchmarks/results/memory.json]
+    .venv/bin/python -m benchmarks.memory [--orderings 80] [--tokens 2000] [--out benchmarks/results/memory.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.child import run_module
 
 HERE = Path(__file__).resolve().parent
 
 
 def worker(mode: str, n_orderings: int, n_tokens: int, budget: int, min_shared: int) -> dict:
-    import torch
-
-    sys.path.insert(0, str(HERE))
-    import workloads
-    from rss import measured
-
+    from benchmarks import workloads
+    from benchmarks.rss import measured
     from logitjudge.engine import Engine
-    from logitjudge.models import load_model
     from logitjudge.orderings import shared_random
     from logitjudge.rubric import builtin_rubric
     from logitjudge.scoring import score
 
-    torch.set_num_threads(2)
-    lm = load_model("gemma-3-270m")
+    lm, _ = workloads.load("gemma-3-270m", [], threads=2)
     item = workloads.make_texts(lm.tokenizer, 1, n_tokens, "hanna")[0][0]
     engine = Engine(lm, prefix_mode=mode, token_budget=budget, min_shared=min_shared)
     orders = shared_random(5, n_orderings, rng=0)
@@ -62,9 +57,11 @@ def main(argv=None) -> int:
         return 0
     rows = []
     for mode in ("shared", "copy", "native"):
-        cmd = [sys.executable, __file__, "--worker", mode, "--orderings", str(args.orderings), "--tokens",
+        cmd = ["--worker", mode, "--orderings", str(args.orderings), "--tokens",
                str(args.tokens), "--token-budget", str(args.token_budget), "--min-shared", str(args.min_shared)]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        res = run_module("memory", cmd, timeout=3600)  # one process per mode: its peak RSS is its own
+        if not res.ok:
+            raise SystemExit(f"memory.py worker {mode}: {res.cell}")
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
     import numpy as np
 

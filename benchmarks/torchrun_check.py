@@ -5,7 +5,7 @@ Builds the tests' tiny random Gemma-3 (tests/conftest.py) in a temporary folder,
 ``cuda:0`` and rank 1 on ``cuda:1`` (their log lines) and that the table has every item and ``world_size`` 2.
 Exit 0 when it holds, 1 when not; 0 with a "skipped" line on a machine with fewer than 2 GPUs.
 
-    .venv/bin/python benchmarks/torchrun_check.py
+    .venv/bin/python -m benchmarks.torchrun_check
 """
 
 from __future__ import annotations
@@ -26,10 +26,8 @@ def main() -> int:
     if torch.cuda.device_count() < 2:
         print(f"skipped: {torch.cuda.device_count()} GPU(s); the check needs 2")
         return 0
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import tiny_gemma, tiny_tokenizer
-
     from logitjudge.table import ScoreTable
+    from tests.conftest import tiny_gemma, tiny_tokenizer  # the root is on sys.path: python -m benchmarks.X
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

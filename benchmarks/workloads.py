@@ -2,12 +2,13 @@
 
 API (all a caller needs)::
 
-    import workloads                       # benchmarks/ on sys.path (``python benchmarks/x.py`` does that)
+    from benchmarks import workloads       # from the root, as ``python -m benchmarks.x`` runs
     wl = workloads.build("8x350", lm)      # lm: anything with .tokenizer and .max_length (a LoadedModel)
     wl.groups                              # list per item of EncodedPrompt (logitjudge.requests.item_prompts)
     wl.prompts                             # the same, flat (item-major)
     wl.plain_tokens, wl.padded_tokens(16), wl.trie_tokens, wl.n_reads   # token counts (below)
     workloads.NAMES                        # ("1x350", "8x350", "1x2000", "mtbench")
+    lm, wls = workloads.load("gemma-3-270m", ["8x350"], threads=2)   # a script's judge and workloads at once
 
 Workloads (``SPECS``):
 
@@ -44,7 +45,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,17 +161,18 @@ class Workload:
                             for p in g] for g in self.groups]}
 
 
-def best_of_interleaved(fns: dict, repeats: int) -> tuple[dict, dict]:
-    """Time each ``fns[name]()`` once per round, the names interleaved over ``repeats`` rounds (other load on the
-    machine only slows a run down; interleaving spreads it over the methods): per name the best seconds and the
-    last run's return value."""
-    best, last = dict.fromkeys(fns, float("inf")), {}
-    for _ in range(max(1, repeats)):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            last[name] = fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best, last
+def engine_tokens(engine, groups) -> int:
+    """Tokens ``engine`` (a ``logitjudge.engine.Engine``) runs for these prompts: the nodes of each item's trie, as
+    it builds them (its ``min_shared``)."""
+    from logitjudge.engine import prompt_job
+    from logitjudge.trie import build as build_trie
+    from logitjudge.trie import count_tokens
+
+    total = 0
+    for g in groups:
+        job = prompt_job(g)
+        total += count_tokens(build_trie(job.sequences, job.reads, min_shared=engine.min_shared))
+    return total
 
 
 def groups_from_json(d: dict) -> list[list[EncodedPrompt]]:
@@ -275,3 +276,17 @@ def build(name: str, lm, *, data_dir=None, orderings: str = "balanced", seed: in
               for i, it in enumerate(items)]
     counts = [_count(lm.tokenizer, it.text) for it in items]
     return Workload(name, rubric, template, orders, items, groups, counts, where)
+
+
+def load(model: str, names, *, dtype: str = "fp32", device: str = "cpu", threads: int | None = None,
+         data_dir=None, orderings: str = "balanced") -> tuple:
+    """The benchmarks' one judge-and-workload loader: ``model`` through ``logitjudge.models.load_model`` (torch's
+    CPU threads set to ``threads`` first where given, else left at torch's choice) and each workload of ``names``
+    (a list, or comma-separated) built on its tokenizer. Returns (lm, {name: Workload}) in ``names``' order."""
+    from logitjudge.models import load_model, set_threads
+
+    if threads:
+        set_threads(threads)
+    lm = load_model(model, dtype=dtype, device=device)
+    names = [n for n in (names.split(",") if isinstance(names, str) else names) if n]
+    return lm, {name: build(name, lm, data_dir=data_dir, orderings=orderings) for name in names}

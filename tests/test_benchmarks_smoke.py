@@ -1,34 +1,24 @@
-"""Smoke test of the benchmark workload builders (benchmarks/workloads.py) on the tiny model: documented token
-counts, prompt shapes and the token accounting the peers benchmark relies on. No timing."""
+"""Smoke test of the benchmarks package (``python -m benchmarks.NAME``) on the tiny model: the workload builders'
+documented token counts, prompt shapes and the token accounting the peers benchmark relies on, the timing helper,
+the floor, and a peer that crashes or hangs becoming a cell. No timing asserted."""
 
 from __future__ import annotations
 
 import gc
-import importlib.util
 import inspect
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from benchmarks import breakdown, floor, judge_model, mlp_rows, peers, probe, timing, workloads
 from logitjudge.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def workloads():
-    spec = importlib.util.spec_from_file_location("benchmarks_workloads", ROOT / "benchmarks" / "workloads.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
-
-
 @pytest.mark.parametrize("name", ["1x350", "8x350", "1x2000", "mtbench"])
-def test_workload_counts(workloads, tiny_lm, name):
+def test_workload_counts(tiny_lm, name):
     spec = workloads.SPECS[name]
     # the tiny model's context (2,048) is too short for 1x2000: the builder needs only a tokenizer and a length
     lm = SimpleNamespace(tokenizer=tiny_lm.tokenizer, max_length=8192)
@@ -55,7 +45,7 @@ def test_workload_counts(workloads, tiny_lm, name):
     assert back == wl.groups
 
 
-def test_engine_token_accounting(workloads, tiny_lm):
+def test_engine_token_accounting(tiny_lm):
     wl = workloads.build("1x350", tiny_lm)
     kw = {"min_shared": 0} if "min_shared" in inspect.signature(Engine).parameters else {}
     eng = Engine(tiny_lm, **kw)
@@ -66,7 +56,7 @@ def test_engine_token_accounting(workloads, tiny_lm):
     assert eng.stats["reads"] == wl.n_reads
 
 
-def test_trim_to_tokens(workloads, tiny_lm):
+def test_trim_to_tokens(tiny_lm):
     tok = tiny_lm.tokenizer
     text = "the cat sat on the mat and the dog barked at the moon " * 20
     for target in (5, 40, 100):
@@ -78,10 +68,7 @@ def test_trim_to_tokens(workloads, tiny_lm):
 
 def test_fma_peak_is_measured_or_explained():
     """benchmarks/peers.py's FMA peak: a positive rate from the C build, or the reason it is missing."""
-    spec = importlib.util.spec_from_file_location("benchmarks_peers", ROOT / "benchmarks" / "peers.py")
-    peers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peers)
-    got = peers.fma_peak(1)
+    got = floor.fma_peak(1)
     if got["flops_per_s"] is None:
         assert got["why"]
     else:
@@ -91,25 +78,19 @@ def test_fma_peak_is_measured_or_explained():
 def test_matmul_rate_has_a_sustained_rate_beside_the_best_repetition():
     """peers.py's matmul rate: the best repetition per path, and the fastest path repeated back to back for
     ``sustain_s`` seconds (0: not measured)."""
-    spec = importlib.util.spec_from_file_location("benchmarks_peers", ROOT / "benchmarks" / "peers.py")
-    peers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peers)
-    got = peers.matmul_rate(1, rows=8, reps=3, shapes=[(16, 32), (32, 16)], sustain_s=0.05)
+    got = floor.matmul_rate(1, rows=8, reps=3, shapes=[(16, 32), (32, 16)], sustain_s=0.05)
     assert got["layer_flops_per_s"] == max(got["layer_flops_per_s_by_path"].values()) > 0
     assert got["sustained_flops_per_s"] > 0 and got["sustain_s"] == 0.05
-    assert peers.matmul_rate(1, rows=8, reps=1, shapes=[(16, 16)], sustain_s=0)["sustained_flops_per_s"] is None
+    assert floor.matmul_rate(1, rows=8, reps=1, shapes=[(16, 16)], sustain_s=0)["sustained_flops_per_s"] is None
 
 
 def test_floors_use_the_fastest_rate_of_the_whole_run(monkeypatch, capsys):
     """peers.py measures the matmul rate once more after the last workload and puts every workload's floors at
     the fastest rate of the run: a first measurement that other load slowed down (here 200 against 400 GFLOP/s)
     must not lower the bar of the workload printed with it."""
-    spec = importlib.util.spec_from_file_location("benchmarks_peers", ROOT / "benchmarks" / "peers.py")
-    peers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peers)
-    monkeypatch.setattr(peers, "matmul_rate", lambda threads, shapes=None: {"layer_flops_per_s": 400e9,
+    monkeypatch.setattr(floor, "matmul_rate", lambda threads, shapes=None: {"layer_flops_per_s": 400e9,
                                                                              "sustained_flops_per_s": 360e9})
-    monkeypatch.setattr(peers, "fma_peak", lambda threads: {"flops_per_s": 450e9})
+    monkeypatch.setattr(floor, "fma_peak", lambda threads: {"flops_per_s": 450e9})
 
     def rows(rate: float) -> dict:
         return {"floor": {"seconds": 2e12 / rate, "flops": 2e12}, "floor+attn": {"seconds": 3e12 / rate, "flops": 3e12},
@@ -135,13 +116,10 @@ def test_floors_use_the_fastest_rate_of_the_whole_run(monkeypatch, capsys):
             "logitjudge fp32 1.08x of it") in out
 
 
-def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
+def test_breakdown_times_the_parts_and_unwraps(tiny_lm):
     """benchmarks/breakdown.py's timed run: every part of the native step function seen, GEMM FLOPs counted,
     and the wrapped functions restored afterwards."""
 
-    spec = importlib.util.spec_from_file_location("benchmarks_breakdown", ROOT / "benchmarks" / "breakdown.py")
-    breakdown = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(breakdown)
     before = {key: getattr(*key) for key in breakdown.PARTS}
     wl = workloads.build("1x350", tiny_lm)
     engine = Engine(tiny_lm)
@@ -163,13 +141,10 @@ def test_breakdown_times_the_parts_and_unwraps(workloads, tiny_lm):
     assert gate_up % (2 * 2 * cfg.hidden_size * cfg.intermediate_size) == 0
 
 
-def test_breakdown_sets_the_parts_against_the_floor(capsys, workloads, tiny_lm):
+def test_breakdown_sets_the_parts_against_the_floor(capsys, tiny_lm):
     """breakdown.py's floor gap (hand-checked): parts with FLOPs at the rate and above it, parts without FLOPs all
     above it, the floor's GEMM work the step skipped as pruned; run - floor = sum(above) - pruned; printed with
     the untimed runs beside the timed one, at a rate measured on the judge's own layer shapes."""
-    spec = importlib.util.spec_from_file_location("benchmarks_breakdown", ROOT / "benchmarks" / "breakdown.py")
-    breakdown = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(breakdown)
     table = [("GEMMs: a", 2.0), ("GEMMs: b", 1.5), ("attention (shared prefix + suffix)", 0.6), ("other", 0.3)]
     flops = {"GEMMs: a": 1.8e12, "GEMMs: b": 1.2e12, "attention (shared prefix + suffix)": 0.4e12}
     gap = breakdown.floor_gap(table, flops, rate=1e12, floor_gemm_flops=3.2e12, attention_flops=0.4e12)
@@ -185,12 +160,12 @@ def test_breakdown_sets_the_parts_against_the_floor(capsys, workloads, tiny_lm):
             "run 4.40 s = 1.222x of it, the untimed runs 4.50-4.60 s = 1.250-1.278x") in out
     assert "| GEMMs: b | 1.50 | 1.20 | +0.30 |" in out and "| other | 0.30 |  | +0.30 |" in out
     assert out.rstrip().endswith("| | | -0.20 |")
-    facts = breakdown.judge_model.floor_facts(tiny_lm.model.config.to_dict())
+    facts = judge_model.floor_facts(tiny_lm.model.config.to_dict())
     assert breakdown.layer_rate(facts, 1) > 0
     # peers.py's floor work, which breakdown.py reuses: the config's count of attention work is the engine's own
     wl = workloads.build("1x350", tiny_lm)
     step = Engine(tiny_lm).backend.step
-    gemm, attention = breakdown.peers.floor_flops(facts, wl)
+    gemm, attention = floor.floor_flops(facts, wl)
     assert gemm == 2 * facts["matmul_params"] * wl.trie_tokens > 0
     assert attention == wl.attention_flops(step.heads, step.head_dim, [lw.window for lw in step.layers]) > 0
 
@@ -198,22 +173,19 @@ def test_breakdown_sets_the_parts_against_the_floor(capsys, workloads, tiny_lm):
 def test_probe_benchmark_samples_the_plain_way_and_estimates_its_time():
     """benchmarks/probe.py: the plain way's patches drawn evenly over the texts, and its time over every patch
     estimated from them with the SE of the mean (hand-checked); every patch timed: no estimate, SE 0."""
-    spec = importlib.util.spec_from_file_location("benchmarks_probe", ROOT / "benchmarks" / "probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    masks = mod.plain_sample("10", 3, 2, 3, seed=0)
+    masks = probe.plain_sample("10", 3, 2, 3, seed=0)
     assert [int(m.sum()) for m in masks] == [4, 3, 3] and all(m.shape == (2, 3) for m in masks)
-    assert all((a == b).all() for a, b in zip(masks, mod.plain_sample("10", 3, 2, 3, seed=0)))
-    assert all(m.all() for m in mod.plain_sample("all", 3, 2, 3, seed=0))
+    assert all((a == b).all() for a, b in zip(masks, probe.plain_sample("10", 3, 2, 3, seed=0)))
+    assert all(m.all() for m in probe.plain_sample("all", 3, 2, 3, seed=0))
     texts = [{"fixed_s": 1.0, "patch_s": [1.0, 2.0, 3.0]}, {"fixed_s": 2.0, "patch_s": [2.0]}]
-    secs, se, n = mod.plain_estimate(texts, 8)
+    secs, se, n = probe.plain_estimate(texts, 8)
     # 3 s of fixed forwards + 8 x the mean 2 s; SE = 8 x sd (sqrt(2/3)) / sqrt(4) x sqrt(1 - 4/8)
     assert n == 4 and secs == pytest.approx(19.0) and se == pytest.approx(8 * (2 / 3) ** 0.5 / 2 * 0.5 ** 0.5)
-    assert mod.plain_estimate(texts, 4) == (11.0, 0.0, 4)
+    assert probe.plain_estimate(texts, 4) == (11.0, 0.0, 4)
 
 
 @pytest.mark.parametrize("name", ["1x350", "mtbench"])
-def test_prefix_cache_peer_equals_plain(workloads, tiny_lm, name):
+def test_prefix_cache_peer_equals_plain(tiny_lm, name):
     """The transformers-prefix-cache peer (benchmarks/peers.py's ``hf-prefix-cache``): every option's probability
     within 1e-5 of the plain forward, single- and multi-token labels; the prefix runs once per item."""
     import numpy as np
@@ -234,17 +206,6 @@ def test_prefix_cache_peer_equals_plain(workloads, tiny_lm, name):
     assert stats["tokens"] < sum(len(c) for _, c in contexts)  # the prefix ran once per item, not once per row
 
 
-def _judge_model():
-    spec = importlib.util.spec_from_file_location("benchmarks_judge_model", ROOT / "benchmarks" / "judge_model.py")
-    jm = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = jm  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(jm)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return jm
-
-
 def test_default_judge_resolves_to_its_checkpoint_and_gguf():
     """``peers.py`` without ``--model``: the built-in's converted folder for transformers and logitjudge, and the
     GGUF it was converted from (assembled from its packages, sha256-checked) for llama.cpp; a second judge's
@@ -253,7 +214,7 @@ def test_default_judge_resolves_to_its_checkpoint_and_gguf():
 
     from logitjudge.judges import BUILTINS
 
-    jm = _judge_model()
+    jm = judge_model
     j = jm.resolve(None)
     assert (j.arg, j.load) == ("gemma-3-270m", "gemma-3-270m") and Path(j.checkpoint, "config.json").is_file()
     h = hashlib.sha256()
@@ -269,7 +230,7 @@ def test_default_judge_resolves_to_its_checkpoint_and_gguf():
 
 def test_floor_from_config_hand_checked():
     """benchmarks/judge_model.py: a judge's matmul shapes and FLOP floor inputs from its config, hand-checked."""
-    jm = _judge_model()
+    jm = judge_model
     cfg = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 12, "num_attention_heads": 4,
            "num_key_value_heads": 2, "num_hidden_layers": 3, "vocab_size": 100, "max_position_embeddings": 64}
     f = jm.floor_facts(cfg)
@@ -286,16 +247,24 @@ def test_floor_from_config_hand_checked():
     assert jm.floor_facts({**cfg, "model_type": "qwen2", "sliding_window": 32})["layer_windows"] == [None] * 3
 
 
-def test_best_of_interleaved_keeps_the_fastest_round_and_the_last_value(workloads, monkeypatch):
-    """benchmarks/workloads.py: the names run interleaved, once per round; per name the best time and the last
-    run's value (a clock that advances by a scripted amount per call, so the best is known)."""
-    ticks = iter([0.0, 5.0, 5.0, 6.0, 6.0, 8.0, 8.0, 20.0])  # a: 5 then 2 s, b: 1 then 12 s
-    monkeypatch.setattr(workloads.time, "perf_counter", lambda: next(ticks))
-    calls = []
+def test_best_of_interleaved_keeps_the_fastest_round_its_spread_and_the_last_value():
+    """benchmarks/timing.py, the benchmarks' one timing helper: the names run interleaved, once per round, the order
+    reversed every other round; per name the best seconds, the spread (slowest - fastest), every round's seconds and
+    the last run's value (a clock that advances by a scripted amount per call, so the numbers are known)."""
+    ticks = iter([0.0, 5.0, 5.0, 6.0, 6.0, 18.0, 18.0, 20.0])  # a: 5 then 2 s, b: 1 then 12 s (run before a)
+    calls, seen = [], []
     fns = {"a": lambda: calls.append("a") or len(calls), "b": lambda: calls.append("b") or len(calls)}
-    best, last = workloads.best_of_interleaved(fns, 2)
-    assert calls == ["a", "b", "a", "b"]
-    assert best == {"a": 2.0, "b": 1.0} and last == {"a": 3, "b": 4}
+    got = timing.best_of_interleaved(fns, 2, clock=lambda: next(ticks), on_time=lambda n, t: seen.append((n, t)))
+    assert calls == ["a", "b", "b", "a"] and seen == [("a", 5.0), ("b", 1.0), ("b", 12.0), ("a", 2.0)]
+    assert (got["a"].best, got["a"].spread, got["a"].times, got["a"].value) == (2.0, 3.0, [5.0, 2.0], 4)
+    assert (got["b"].best, got["b"].spread, got["b"].times, got["b"].value) == (1.0, 11.0, [1.0, 12.0], 3)
+    assert got["a"].line() == "2.00 s (spread 3.00 s, 2 rounds)"
+    # warm-ups run untimed first; a round with a run over stop_after seconds is the last
+    ticks, calls[:] = iter([0.0, 1.0, 1.0, 9.0]), []
+    got = timing.best_of_interleaved(fns, 5, warmup={"a": lambda: calls.append("warm a")}, clock=lambda: next(ticks),
+                                     stop_after=4.0)
+    assert calls == ["warm a", "b", "a", "b"]  # b has no warm-up of its own: one untimed run of itself
+    assert got["a"].times == [1.0] and got["b"].times == [8.0] and got["a"].line() == "1.00 s (1 round)"
 
 
 def test_mlp_rows_benchmark_times_every_variant_on_a_judges_shapes(tmp_path, monkeypatch):
@@ -309,15 +278,75 @@ def test_mlp_rows_benchmark_times_every_variant_on_a_judges_shapes(tmp_path, mon
     (judge / "config.json").write_text(json.dumps(
         {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4,
          "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100, "hidden_act": "silu"}))
-    spec = importlib.util.spec_from_file_location("benchmarks_mlp_rows", ROOT / "benchmarks" / "mlp_rows.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     out = tmp_path / "mlp_rows.json"
-    assert mod.main(["--model", str(judge), "--rows", "200,300,600", "--rounds", "2", "--out", str(out)]) == 0
+    assert mlp_rows.main(["--model", str(judge), "--rows", "200,300,600", "--rounds", "2", "--out", str(out)]) == 0
     got = json.loads(out.read_text())
     assert (got["d"], got["intermediate"], got["activation"]) == (32, 48, "silu")
-    seen = [sorted(r["gflops_median"]) for r in got["rows"]]
+    seen = [sorted(r["gflops_best"]) for r in got["rows"]]
     assert seen == [["whole"], ["blocks of 256", "whole"], sorted(["whole", "blocks of 512", "blocks of 384",
                                                                    "blocks of 256"])]
-    assert all(r["speedup_vs_whole_median_paired"]["whole"] == 1.0 for r in got["rows"])
+    assert all(r["speedup_vs_whole_best"]["whole"] == 1.0 and r["seconds_spread"].keys() == r["gflops_best"].keys()
+               for r in got["rows"])
     assert got["rows"][0]["dispatcher_choice"] == "whole"  # one candidate: nothing measured
+
+
+def test_benchmarks_is_a_package_of_scripts_over_library_modules():
+    """benchmarks/ runs as ``python -m benchmarks.NAME``: no module puts a folder on sys.path, no script (a module
+    with a ``__main__`` guard) imports another script, and no module's name is one an installed distribution
+    provides (benchmarks/kernels.py shadowed Hugging Face's ``kernels`` when benchmarks/ was on sys.path)."""
+    import ast
+    import importlib.metadata
+
+    modules = {p.stem: p.read_text(encoding="utf-8") for p in (ROOT / "benchmarks").glob("*.py")}
+    scripts = {name for name, src in modules.items() if '__name__ == "__main__"' in src}
+    assert {"peers", "engine", "breakdown"} <= scripts and {"workloads", "timing", "child"}.isdisjoint(scripts)
+    for name, src in modules.items():
+        assert "sys.path.insert" not in src, name
+        imported = set()
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.ImportFrom) and node.module == "benchmarks":
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks."):
+                imported.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[1] for a in node.names if a.name.startswith("benchmarks.")}
+        assert not imported & scripts, f"{name} imports the script(s) {sorted(imported & scripts)}"
+    assert not set(modules) & set(importlib.metadata.packages_distributions())
+
+
+def test_a_peer_that_crashes_or_hangs_is_a_cell_and_the_others_stay(tiny_lm, tmp_path, monkeypatch, capsys):
+    """peers.py runs every peer in its own process on the prompts the parent planned: a peer forced to crash
+    (SIGSEGV, abort) or to hang past the time limit becomes a cell of the table and of the JSON, and the peer that
+    ran keeps its row (its log-probs read the same token ids: max |dp| 0 against itself as the reference)."""
+    import json
+
+    judge = tmp_path / "judge"
+    tiny_lm.model.save_pretrained(judge)
+    tiny_lm.tokenizer.save_pretrained(judge)
+    wl = workloads.build("1x350", tiny_lm)
+    planned = wl.to_json()
+    planned["groups"] = [g[:2] for g in planned["groups"]]  # two prompts: the worker's time is not the point
+    wl_path = tmp_path / "1x350.json"
+    wl_path.write_text(json.dumps(planned))
+    monkeypatch.setenv(peers.FAULT_ENV, "batched=segv,logitjudge-fp32=abort,hf-prefix-cache=hang")
+    args = SimpleNamespace(repeats=2, threads=1, slow=60.0, prefix_mode="auto", peer_timeout=600)
+    facts = {"gguf": None, "load": str(judge)}
+    summary = wl.summary()
+    rows = peers.peer_rows(["plain", "batched", "logitjudge-fp32"], wl_path, summary, args, facts, None)
+    args.peer_timeout = 2  # the hanging worker never finishes: it is killed at the limit
+    rows |= peers.peer_rows(["hf-prefix-cache"], wl_path, summary, args, facts, None)
+    assert rows["batched"] == {"peer": "batched", "error": "crashed: SIGSEGV"}
+    assert rows["logitjudge-fp32"]["error"] == "crashed: SIGABRT"
+    assert rows["hf-prefix-cache"]["error"] == "timed out after 2 s"
+    plain = rows["plain"]
+    assert len(plain["times"]) == 2 and plain["seconds"] == min(plain["times"]) > 0
+    assert plain["spread_seconds"] == max(plain["times"]) - min(plain["times"]) and plain["max_abs_dp"] == 0.0
+    assert len(plain["logprobs"]) == 2 and plain["rerun_max_abs_dp_raw"] == 0.0
+    text = peers.table("1x350", summary, rows)
+    assert "| (b) transformers, batched, no sharing | crashed: SIGSEGV |" in text
+    assert "| (d) logitjudge fp32 | crashed: SIGABRT |" in text
+    assert "| (e) transformers + its own prefix cache | timed out after 2 s |" in text
+    assert "| (a) transformers, 1 forward/prompt | " in text
+    entry = json.loads(json.dumps(peers.report_entry(summary, rows)))
+    assert entry["peers"]["batched"]["error"] == "crashed: SIGSEGV" and "logprobs" not in entry["peers"]["plain"]
+    assert entry["peers"]["plain"]["seconds"] == plain["seconds"]

@@ -346,16 +346,13 @@ def test_compare_prints_the_table_and_writes_the_plot(root, tmp_path, capsys):
 @pytest.mark.parametrize("dataset", ["hanna", "summeval"])
 def test_the_benchmark_scores_the_same_items_under_the_three_paradigms(dataset, tmp_path):
     """benchmarks/paradigms.py's specs (no model): the pairs and the lists hold exactly the pointwise items."""
-    import importlib.util
     from types import SimpleNamespace
+
+    from benchmarks import paradigms as bench
 
     data = shared_data_dir(dataset)
     if data is None:
         pytest.skip(f"no {dataset} data set beside the repository (../shared/data) or in $LOGITJUDGE_DATA")
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "paradigms.py"
-    mod_spec = importlib.util.spec_from_file_location("benchmarks_paradigms", path)
-    bench = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(bench)
     args = SimpleNamespace(model="gemma-3-270m", threads=1, data_dir=str(data), groups=2, per_group=3, seed=0)
     exps = {p: prepare(bench.spec(dataset, p, args, tmp_path)) for p in bench.PARADIGMS}
     ids = {it.id for it in exps["pointwise"].items}

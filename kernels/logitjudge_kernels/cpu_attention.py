@@ -6,7 +6,7 @@ and fp16 inputs are computed in fp32, as the reference does): B
 suffix rows of S queries continue one prefix of L keys stored once, causal within the suffix, an optional
 sliding window, no soft-cap. Why a kernel of our own: ATen's CPU flash attention runs these shapes at 80-170
 GFLOP/s on a 2-core Zen 4 (causal per-head calls of ~80 queries, an LSE merge of the two parts), this one at
-~200 (``benchmarks/kernels.py``), near the machine's fp32 GEMM rate: the G query heads of a KV head are stacked
+~200 (``benchmarks/kernel_speed.py``), near the machine's fp32 GEMM rate: the G query heads of a KV head are stacked
 so each packed key panel feeds 6 rows, prefix and suffix keys go through one exact softmax (no merge), and a
 block of queries never computes keys past its last position.
 

@@ -6,7 +6,7 @@ exp(hidden_r . weight_v) over the whole vocabulary, without (R, V) logits. Why a
 ``hidden @ weight.T`` is MKL at small M followed by a separate exp pass; this one packs each block of 256
 vocabulary rows once (by register transposes of VW x VW tiles: packed element by element, the packing took
 half the call on an AVX-512 Zen 5) and reuses attention's register tile (``cpu_tiles.h``) for every block of 6
-read rows, exp and sum in the same pass (``benchmarks/kernels.py``: 1.3x the full-logits path at 10-64 rows; on
+read rows, exp and sum in the same pass (``benchmarks/kernel_speed.py``: 1.3x the full-logits path at 10-64 rows; on
 8x350 the time outside the engine's step function went from 0.56 to 0.24 s, ``benchmarks/breakdown.py``). Built
 by :mod:`._cbuild`; no soft-capping (that goes to the reference). Tolerance against the reference: 1e-5
 absolute on the log-sum-exp.

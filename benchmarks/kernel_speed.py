@@ -8,8 +8,8 @@ On a CPU with AVX-512 the C kernels built for ``-march=x86-64-v3`` (AVX2) are ti
 (rows ``C x86-64-v3``). The JSON holds the CPU model, its ISA flags and the load average beside every row: on a
 shared machine, compare rows taken at similar load.
 
-    python benchmarks/kernels.py --threads 2            # CPU: the per-kernel table (~3-5 min)
-    python benchmarks/kernels.py --threads 2 --quick    # fewer repeats, 1/16/64 rows
+    python -m benchmarks.kernel_speed --threads 2            # CPU: the per-kernel table (~3-5 min)
+    python -m benchmarks.kernel_speed --threads 2 --quick    # fewer repeats, 1/16/64 rows
 
 On CUDA, the grid below:
 
@@ -29,8 +29,8 @@ allocated before it; the plain attention call includes building its per-row K/V)
 allocator statistics, so the column is analytic: the bytes of K/V (attention) or of logits-sized
 temporaries (read-out) that each path materialises.
 
-    python benchmarks/kernels.py                # CUDA if available: full grid
-    python benchmarks/kernels.py --quick        # reduced grid
+    python -m benchmarks.kernel_speed                # CUDA if available: full grid
+    python -m benchmarks.kernel_speed --quick        # reduced grid
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ import argparse
 import functools
 import json
 import math
-import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -49,31 +47,20 @@ import torch.nn.functional as F
 from logitjudge_kernels import HAS_TRITON, label_logprobs, shared_prefix_attention, shared_prefix_attention_aten
 from logitjudge_kernels.cpu_attention import c_attention_refusal
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu_kernels import cpu_table, print_cpu_table  # noqa: E402
+from benchmarks.cpu_kernels import cpu_table, print_cpu_table
+from benchmarks.timing import best_of_interleaved
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HQ, HKV, HEAD_DIM, HIDDEN, VOCAB = 4, 1, 256, 640, 262_144
 
 
 def _timeit(fn, device: torch.device, repeats: int, warmup: int) -> float:
-    """Wall time of ``fn()`` in milliseconds: median on CUDA; minimum on CPU (robust to other processes)."""
+    """Wall time of ``fn()`` in milliseconds after ``warmup`` untimed calls: the best of ``repeats``
+    (``benchmarks.timing``; on CUDA the device is synchronised around each call, so its work is inside the time)."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times) if device.type == "cuda" else min(times)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    return best_of_interleaved({"fn": fn}, repeats, sync=sync)["fn"].best * 1e3
 
 
 def _peak_bytes(fn, device: torch.device) -> int | None:
