@@ -1,7 +1,7 @@
 """Tokens per forward call of the native step on CPU: the engine's time on one workload at several call sizes.
 
 The native backend cuts the engine's token budget into calls of at most ``CPU_BATCH_TOKENS`` rows x padded tokens
-(:mod:`logitjudge.judge.backends.native_common`); this benchmark is the measurement behind that constant. Per
+(:mod:`logitjudge.judge.backends.native`); this benchmark is the measurement behind that constant. Per
 size, the whole workload through ``Engine(lm)`` with ``engine.backend.batch_tokens`` set to it, the sizes
 interleaved over ``--repeats`` rounds (other load on the machine only slows a run down, and interleaving spreads
 it over the sizes), best of the rounds; the largest difference of any option probability from the first size's.

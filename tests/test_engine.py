@@ -12,7 +12,7 @@ import torch
 from logitjudge import orderings
 from logitjudge.engine import Engine, Job, distribution, plain_prompt_logprobs, prompt_job
 from logitjudge.items import Item
-from logitjudge.judge.backends.native_common import CPU_BATCH_TOKENS
+from logitjudge.judge.backends.native import CPU_BATCH_TOKENS
 from logitjudge.judge.features import cache_keyword
 from logitjudge.judge.prefix import PrefixKV
 from logitjudge.prompts import Template, builtin_template

@@ -13,7 +13,9 @@ from conftest import fresh_tiny_lm
 from logitjudge_kernels import attention_ref
 
 from logitjudge.engine import PER_PREFIX_MIN_SHARED, Engine, EngineError
-from logitjudge.judge.backends.native_gemma3 import NativeGemma3, attend_selected, native_support
+from logitjudge.judge.backends.native import native_support
+from logitjudge.judge.backends.native_common import attend_selected
+from logitjudge.judge.backends.native_gemma3 import NativeGemma3
 from logitjudge.judge.prefix import PrefixKV
 from logitjudge.models import LoadedModel
 
@@ -25,7 +27,8 @@ def _ids(lm, n: int, seed: int = 0) -> torch.Tensor:
 
 @pytest.fixture(params=["C", "reference"])
 def row_kernels(request, monkeypatch):
-    """Run once with the C row kernels (kernels/logitjudge_kernels/cpu_norm.c) and once with their PyTorch references."""
+    """Run once with the C row kernels (kernels/logitjudge_kernels/cpu_norm.c) and once with their PyTorch
+    references."""
     import logitjudge_kernels._cbuild as cb
     import logitjudge_kernels.cpu_norm as cn
 

@@ -1,8 +1,9 @@
 """The judge model: the only package that knows model families.
 
-* :mod:`.backends`: one :class:`~.backends.base.Backend` per family group (``native`` Gemma-3, ``shared``
-  transformers with linear-attention layers, ``copy``, ``plain``): exact or refused, one forward convention, the
-  unembedding, hook points, the kernels it ran;
+* :mod:`.backends`: one :class:`~.backends.base.Backend` per prefix mode (``native``: fused step functions, one
+  per family in the registry :mod:`.backends.native`, Gemma-3 and the Llama-style decoders; ``shared``:
+  transformers' forward, linear-attention layers included; ``copy``; ``plain``): exact or refused, one forward
+  convention, the unembedding, hook points, the kernels it ran;
 * :mod:`.capabilities`: which backend computes which model, and which one ``auto`` picks;
 * :mod:`.features` (attention features read from config and modules), :mod:`.prefix` (the prefix cache held once
   on the trie), :mod:`.head` (the read-out every caller shares), :mod:`.hooks` (named hook points),

@@ -21,13 +21,12 @@ and larger kernels, because on a CPU the time goes to GEMMs and to the passes ov
 * the probe's hook points (:mod:`logitjudge.judge.hooks`) are called inside the loop when set (then nothing is
   pruned, so every point has every position).
 
-:class:`NativeBackend` is the ``native`` prefix mode: it takes a model if one family's step takes it and
-refuses it with that family's reason otherwise (``auto`` then takes the next backend).
+This module knows no family: each family's file imports it, and the registry (:mod:`.native`) imports the
+families and holds the table of model types, with :class:`~.native.NativeBackend`, the ``native`` prefix mode.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -43,22 +42,14 @@ from logitjudge_kernels.cpu_norm import (
 )
 
 from ...errors import ModeError
-from ..hooks import attention_probs, parse_hook
+from ..hooks import attention_probs
 from ..prefix import PrefixKV
-from .base import Backend
 from .native_gemms import GatedMLP, Weight, gemm_route, mlp_down, packing_available
 
 # attention implementations that compute standard softmax attention (what the native step computes); a model
 # set to another (a registered function of its own) may add what no config declares, and is refused
 STANDARD_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 PACK_MAX_BYTES = 2 << 30  # oneDNN-packed copies of the projection weights are made up to this size (CPU)
-# rows x tokens per call of the native step on CPU: larger calls hold (rows, 2 I) MLP activations far beyond the
-# caches and the packed GEMMs slow down. 8x350, fp32, AMD EPYC Zen 4, 2 threads, 4096 against 1024 tokens per call
-# (benchmarks/batch_tokens.py measures it): Qwen2.5-Coder-0.5B 42.3 s against 37.5 s, gemma-3-270m 11.5 s against
-# 11.8 s, Qwen2.5-Coder-1.5B 153.2 s against 151.6 s (2048: 142.6 s, one round): never slower within the noise.
-# With the MLP in row blocks (native_gemms.mlp_down), Zen 5, Qwen 0.5B: 2048 23.82 s, 1536 23.73 s, 1024 23.56 s
-# (best of 3 interleaved rounds on a loaded machine): larger calls no longer lose, nor gain
-CPU_BATCH_TOKENS = 1024
 
 
 # ------------------------------------------------------------------------------------------------ the step
@@ -86,9 +77,10 @@ class Layer:
 class NativeStep:
     """A family's step function, prepared once per model; called like :func:`logitjudge.forward.forward_shared`.
 
-    Subclasses set ``MODEL_TYPES`` and implement :meth:`family_support` (why a model of those types cannot run),
-    :meth:`linears` (the projections, for the packing decision), :meth:`norm_weight` (a norm module -> its fp32
-    ``w * x`` weight), :meth:`make_layer` and :meth:`ropes` (the rotary tables of one call).
+    Subclasses (one file per family, listed once in the registry :data:`.native.STEPS`) set ``MODEL_TYPES`` and
+    implement :meth:`family_support` (why a model of those types cannot run), :meth:`linears` (the projections,
+    for the packing decision), :meth:`norm_weight` (a norm module -> its fp32 ``w * x`` weight),
+    :meth:`make_layer` and :meth:`ropes` (the rotary tables of one call).
 
     ``pack``: keep oneDNN-packed copies of the projection weights (faster GEMMs on CPU, more memory); None = on
     CPU in fp32 or bf16 (:func:`gemm_route`) when those copies take at most ``PACK_MAX_BYTES``. ``route`` says
@@ -292,67 +284,3 @@ def attend_selected(q, rows, offs, k_prefix, v_prefix, k, v, *, scale: float, wi
     scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
     out = torch.einsum("rhgk,rhkd->rhgd", torch.softmax(scores, dim=-1), vals)
     return out.reshape(R, Hq, D).to(q.dtype)
-
-
-# ------------------------------------------------------------------------------------------------ the backend
-def step_classes() -> tuple[type[NativeStep], ...]:
-    """The families' steps (imported here: each family's file imports this module)."""
-    from .native_gemma3 import NativeGemma3
-    from .native_llama import NativeLlama
-
-    return NativeGemma3, NativeLlama
-
-
-def step_for(model) -> tuple[type[NativeStep] | None, str | None]:
-    """(the family step that takes ``model``, None) or (None, why none does)."""
-    try:
-        model_type = getattr(model.get_decoder().config, "model_type", None)
-    except Exception:  # noqa: BLE001 - any model without a decoder accessor is simply unsupported
-        return None, "the model has no get_decoder()"
-    for cls in step_classes():
-        if model_type in cls.MODEL_TYPES:
-            reason = cls.support(model)
-            return (cls, None) if reason is None else (None, reason)
-    known = tuple(t for cls in step_classes() for t in cls.MODEL_TYPES)
-    return None, f"model type {model_type!r} is not one of {known}"
-
-
-def native_support(model) -> str | None:
-    """None if ``model`` can run natively, else the reason it cannot."""
-    return step_for(model)[1]
-
-
-class NativeBackend(Backend):
-    """The fused step functions (``native`` mode): Gemma-3 (:mod:`.native_gemma3`) and the Llama-style decoders
-    (:mod:`.native_llama`); rows of several prefixes per call."""
-
-    name = "native"
-    supports = frozenset({"softcap", "sliding_window"})
-    mixes_prefixes = True
-
-    @classmethod
-    def refuses(cls, model, features: dict) -> str | None:
-        return native_support(model)
-
-    def __init__(self, model, *, pack: bool | None = None):
-        super().__init__(model)
-        step, reason = step_for(model)
-        if step is None:
-            raise ModeError(f"the native path does not support this model: {reason}; use prefix_mode='shared'")
-        self.step = step(model, pack=pack)
-        self.route = self.step.route  # fp32, bf16, bf16_upcast or plain
-        if self.device.type == "cpu":
-            self.batch_tokens = CPU_BATCH_TOKENS
-
-    def _forward(self, ids, groups, lengths, read, capture):
-        return self.step(ids, groups, capture=capture, select=read)
-
-    @contextlib.contextmanager
-    def hooks(self, fns: dict):
-        for name in fns:
-            parse_hook(name, self.n_layers)
-        self.step.hook_fns = dict(fns)
-        try:
-            yield
-        finally:
-            self.step.hook_fns = {}

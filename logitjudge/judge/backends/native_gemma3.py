@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .native_common import Layer, NativeStep, attend_selected, native_support
+from .native_common import Layer, NativeStep
 from .native_gemms import GatedMLP, Weight, fuse
-
-__all__ = ["MODEL_TYPES", "NativeGemma3", "attend_selected", "native_support"]
 
 MODEL_TYPES = ("gemma3_text",)
 
