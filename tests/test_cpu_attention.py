@@ -1,4 +1,4 @@
-"""The C shared-prefix attention kernel (kernels/logitjudge_kernels/cpu_attention.c) against plain fp64 attention, its layout,
+"""The C shared-prefix attention kernel (logitjudge_kernels/cpu_attention.c) against plain fp64 attention, its layout,
 its invariance to batching and threads, and its refusals.
 
 Tolerance (fp32): 5e-6 absolute on outputs (values ~N(0, 1)); the C kernel's exp is a Cephes polynomial and

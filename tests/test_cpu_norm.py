@@ -1,4 +1,4 @@
-"""The fused C row kernels (kernels/logitjudge_kernels/cpu_norm.c) against their PyTorch references, and their fallbacks.
+"""The fused C row kernels (logitjudge_kernels/cpu_norm.c) against their PyTorch references, and their fallbacks.
 
 The parity tests run the native build and, on x86, the ``-march=x86-64-v3`` (AVX2) and ``x86-64-v2`` builds."""
 

@@ -1,4 +1,4 @@
-"""The C full-vocabulary log-sum-exp (kernels/logitjudge_kernels/cpu_readout.c) against fp64, its dispatch and its refusals.
+"""The C full-vocabulary log-sum-exp (logitjudge_kernels/cpu_readout.c) against fp64, its dispatch and its refusals.
 
 Tolerance (fp32): 1e-5 absolute on the log-sum-exp at these scales (|lse| < 20), as the reference's; the C
 kernel's exp is a Cephes polynomial and its logits are summed over d in another order. Every parity test runs

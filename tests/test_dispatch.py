@@ -1,5 +1,5 @@
-"""The kernels' dispatcher (kernels/logitjudge_kernels/dispatch.py): choice by measurement, its cache key, its on-disk decisions, the
-LOGITJUDGE_CPU_KERNELS switch, and the record of what ran that becomes a table's meta["kernels"]."""
+"""The kernels' dispatcher (logitjudge_kernels.dispatch): choice by measurement, its cache key, its on-disk decisions,
+the LOGITJUDGE_CPU_KERNELS switch, and the record of what ran that becomes a table's meta["kernels"]."""
 
 from __future__ import annotations
 

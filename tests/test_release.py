@@ -69,7 +69,8 @@ def test_sdist_holds_the_tests_and_sources(dists):
     with tarfile.open(dists["sdist"]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for need in ("setup.py", "pyproject.toml", "Makefile", "tests/conftest.py", "tests/test_release.py",
-                 "kernels/logitjudge_kernels/cpu_readout.c", "benchmarks/workloads.py", "logitjudge/rubrics/default.toml"):
+                 "kernels/logitjudge_kernels/cpu_readout.c", "benchmarks/workloads.py",
+                 "logitjudge/rubrics/default.toml"):
         assert need in names, need
 
 
