@@ -1,9 +1,10 @@
 """Dispatch by measurement: each kernel runs the implementation that measured fastest on this machine.
 
-A kernel (:class:`Kernel`: the label read-out's log-sum-exp, shared-prefix attention, the norms) has candidate
-implementations, e.g. the C kernel, ATen's fused path and the PyTorch reference. Which is fastest depends on the
-CPU (an AVX-512 tile built for AVX2 ran 5-18x slower than MKL, issue 21), the thread count and the shape, so the
-choice is measured where it runs, never read off the ISA:
+A kernel (:class:`Kernel`: the label read-out's log-sum-exp, shared-prefix attention, the norms, the native
+step's GEMMs) has candidate implementations, e.g. the C kernel, ATen's fused path and the PyTorch reference, or
+oneDNN's packed GEMM and plain ``F.linear``. Which is fastest depends on the CPU (an AVX-512 tile built for AVX2
+ran 5-18x slower than MKL, issue 21), the thread count and the shape, so the choice is measured where it runs,
+never read off the ISA:
 
 * the first call of a shape **bucket** (rows and width rounded up to powers of two, dtype; per kernel) times
   every candidate that applies (interleaved repeats, the minimum of each) on the call's own inputs (or a cut of
