@@ -1,5 +1,6 @@
-"""The kernels' dispatcher (logitjudge_kernels.dispatch): choice by measurement, its cache key, its on-disk decisions,
-the LOGITJUDGE_CPU_KERNELS switch, and the record of what ran that becomes a table's meta["kernels"]."""
+"""The kernels' dispatcher (kernels/logitjudge_kernels/dispatch.py): choice by measurement, its cache key, its
+on-disk decisions, the LOGITJUDGE_CPU_KERNELS switch, and the record of what ran that becomes a table's
+meta["kernels"]."""
 
 from __future__ import annotations
 
@@ -201,7 +202,9 @@ def _score(lm, prefix_mode="auto", n=2):
 def test_a_tables_meta_holds_what_ran_and_the_measured_rates(tiny_lm, cache):
     table = _score(tiny_lm)
     kernels = table.meta["kernels"]
-    assert {"attention", "readout", "rms_norm", "residual_rms_norm", "qk_norm_rope"} <= set(kernels)
+    # the native step's GEMMs too (their candidates' rates: tests/test_gemm_routes.py)
+    assert {"attention", "readout", "rms_norm", "residual_rms_norm", "qk_norm_rope", "linear",
+            "gate_up"} <= set(kernels)
     for name, k in kernels.items():
         for impl, ran in k["ran"].items():
             for bucket in ran["buckets"]:

@@ -108,8 +108,21 @@ def test_a_resume_at_another_thread_count_is_mixed(work, tmp_path):
     assert rows == list(range(N_ITEMS))
     # each writer's own kernels, and their sum in meta["kernels"] as in an uninterrupted run
     assert merge_kernels(first["kernels"], second["kernels"]) == table.meta["kernels"]
-    ran = {k: {i: r["calls"] for i, r in v["ran"].items()} for k, v in table.meta["kernels"].items()}
-    assert ran == {k: {i: r["calls"] for i, r in v["ran"].items()} for k, v in ref.meta["kernels"].items()}
+    # the same calls per kernel and bucket; which implementation ran them may differ with the thread count where
+    # it is measured (the GEMM routes, the MLP's row blocks: no C kernel for LOGITJUDGE_CPU_KERNELS=1 to pin), and
+    # the GEMMs inside the MLP run on the rows of the row blocks measured fastest at that thread count
+    assert _calls(table.meta["kernels"]) == _calls(ref.meta["kernels"])
+
+
+def _calls(kernels: dict) -> dict:
+    out: dict = {}
+    for name, k in kernels.items():
+        if name in ("linear", "gate_up"):
+            continue
+        for r in k["ran"].values():
+            for bucket, n in r["buckets"].items():
+                out.setdefault(name, {})[bucket] = out.get(name, {}).get(bucket, 0) + n
+    return out
 
 
 def test_a_checkpoint_from_before_provenance_resumes(work, tmp_path):

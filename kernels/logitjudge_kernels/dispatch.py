@@ -1,9 +1,10 @@
 """Dispatch by measurement: each kernel runs the implementation that measured fastest on this machine.
 
-A kernel (:class:`Kernel`: the label read-out's log-sum-exp, shared-prefix attention, the norms) has candidate
-implementations, e.g. the C kernel, ATen's fused path and the PyTorch reference. Which is fastest depends on the
-CPU (an AVX-512 tile built for AVX2 ran 5-18x slower than MKL, issue 21), the thread count and the shape, so the
-choice is measured where it runs, never read off the ISA:
+A kernel (:class:`Kernel`: the label read-out's log-sum-exp, shared-prefix attention, the norms, the native
+step's GEMMs) has candidate implementations, e.g. the C kernel, ATen's fused path and the PyTorch reference, or
+oneDNN's packed GEMM and plain ``F.linear``. Which is fastest depends on the CPU (an AVX-512 tile built for AVX2
+ran 5-18x slower than MKL, issue 21), the thread count and the shape, so the choice is measured where it runs,
+never read off the ISA:
 
 * the first call of a shape **bucket** (rows and width rounded up to powers of two, dtype; per kernel) times
   every candidate that applies (interleaved repeats, the minimum of each) on the call's own inputs (or a cut of
@@ -217,8 +218,24 @@ def recording(rec: Recorder | None = None):
                 _ACTIVE.remove(rec)
 
 
+_MEASURING = threading.local()  # .depth: how many Kernel.measure calls this thread is inside
+
+
+@contextmanager
+def _unrecorded():
+    """Calls inside are not recorded: a kernel whose candidates call other kernels (the native step's MLP: its
+    GEMMs) runs them while it measures, and those runs are measurement, not what the caller ran."""
+    _MEASURING.depth = getattr(_MEASURING, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _MEASURING.depth -= 1
+
+
 def record(kernel: str, impl: str, bucket: str, decision: dict) -> None:
     """Record a call that did not go through a :class:`Kernel` (a Triton path, a forced backend)."""
+    if getattr(_MEASURING, "depth", 0):
+        return
     for rec in list(_ACTIVE):
         rec.add(kernel, impl, bucket, decision)
 
@@ -320,7 +337,17 @@ class Kernel:
     def measure(self, usable: list[Candidate], args: tuple, kw: dict) -> dict:
         """Time each usable candidate (interleaved rounds, the order reversed every other round; the minimum of
         its runs, or the median of its timed rounds where ``typical``) on the call or its ``sample``; the fastest
-        one within tolerance of the reference wins."""
+        one within tolerance of the reference wins. The decision keeps every timed candidate's rate and seconds
+        and the shapes of the call it was measured on.
+
+        Candidates that call other kernels (nested): the reference and then each candidate run once, untimed
+        where ``typical`` (else the minimum discards that slower first run), before any timed round, so the inner
+        kernels have decided every bucket these calls touch before the timed rounds run them; nothing run while
+        measuring is recorded as run."""
+        with _unrecorded():
+            return self._measure(usable, args, kw)
+
+    def _measure(self, usable: list[Candidate], args: tuple, kw: dict) -> dict:
         s_args, s_kw = self.sample(*args, **kw) if self.sample else (args, kw)
         ref = self.candidate(self.reference)
         truth = ref.fn(*s_args, **s_kw)
@@ -354,6 +381,7 @@ class Kernel:
         decision = {"choice": choice, "why": "measured fastest", "unit": self.unit,
                     "rates": {n: float(f"{r:.4g}") for n, r in rates.items()},
                     "seconds": {n: best[n] for n in rates}, "statistic": "median" if self.typical else "min",
+                    "shapes": [list(a.shape) for a in (*s_args, *s_kw.values()) if isinstance(a, torch.Tensor)],
                     "not_exact": not_exact, "errors": errors,
                     "load": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
                     "provisional": busy(),

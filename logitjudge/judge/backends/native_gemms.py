@@ -5,7 +5,13 @@ measures faster.
   the fused matrices, so no memory is added and the model still runs unchanged through transformers;
 * on CPU in fp32 and bf16 the weights are kept pre-packed for oneDNN (:class:`Weight`, no per-call re-layout) and
   the gate GEMM applies the activation and the up GEMM the product in oneDNN's epilogues (:class:`GatedMLP`);
-  which GEMMs run is measured once per CPU (:func:`gemm_route`);
+  which packed copy is kept is decided once per CPU (:func:`gemm_route`);
+* each GEMM call runs the packed route or plain ``F.linear`` (for the MLP: ``F.linear``, the activation, the
+  product), whichever measured faster for its bucket of row counts, weight shape and dtype on this machine
+  (:data:`LINEAR`, :data:`GATE_UP`, chosen by the kernels' dispatcher, ``logitjudge_kernels.dispatch``, and
+  cached per CPU). A route measured once on other shapes does not say what the step's own calls do: on an Intel
+  Xeon (AVX-512, 2 threads, issue 48) the packed GEMMs with epilogues ran at 147-155 GFLOP/s inside the step,
+  the same layer's plain matmuls at 262, while the load-time probe had packed 286 vs plain 280;
 * the MLP (gate/up, then down) of a call's rows runs whole or in blocks of rows (:func:`mlp_down`), whichever
   measured faster for the bucket of row counts on this machine (the kernels' dispatcher,
   ``logitjudge_kernels.dispatch``): its (rows, 2 I) intermediate outgrows the caches as rows grow, and oneDNN's
@@ -61,12 +67,10 @@ class Weight:
         return self.weight[start:stop].to(dtype), b
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
-            return F.linear(x, self.weight, self.bias)
-        x2 = x.reshape(-1, x.shape[-1])
-        out = torch.ops.mkldnn._linear_pointwise(x2.float() if self.upcast else x2, self.packed, self.bias, "none",
-                                                 [], "")
-        return (out.to(x.dtype) if self.upcast else out).view(*x.shape[:-1], self.weight.shape[0])
+        """x (..., in) -> (..., out): packed or plain, whichever measured faster for the call's bucket
+        (:data:`LINEAR`)."""
+        out = LINEAR(self, x.reshape(-1, x.shape[-1]))
+        return out.view(*x.shape[:-1], self.weight.shape[0])
 
 
 class GatedMLP:
@@ -86,19 +90,18 @@ class GatedMLP:
         half = weight.shape[0] // 2
         self.gate, self.up = Weight(weight[:half], pack, upcast), Weight(weight[half:], pack, upcast)
 
+    @property
+    def packed(self):
+        return self.gate.packed
+
+    @property
+    def upcast(self) -> bool:
+        return self.up.upcast
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate.packed is None:
-            gate, up = F.linear(x, self.weight).chunk(2, dim=-1)
-            gate = F.gelu(gate, approximate="tanh") if self.act == "gelu_tanh" else F.silu(gate)
-            return gate.mul_(up)
-        x2 = x.reshape(-1, x.shape[-1])
-        if self.up.upcast:
-            x2 = x2.float()
-        post, algorithm = ACTIVATIONS[self.act]
-        gate = torch.ops.mkldnn._linear_pointwise(x2, self.gate.packed, None, post, [], algorithm)
-        out = torch.ops.mkldnn._linear_pointwise.binary(x2, gate, self.up.packed, None, "mul")
-        if self.up.upcast:
-            out = out.to(x.dtype)
+        """x (..., d) -> (..., I): the epilogues or plain GEMM + activation + product, whichever measured faster
+        for the call's bucket (:data:`GATE_UP`)."""
+        out = GATE_UP(self, x.reshape(-1, x.shape[-1]))
         return out.view(*x.shape[:-1], self.up.weight.shape[0])
 
 
@@ -115,16 +118,16 @@ def packing_available() -> bool:
 
 
 def gemm_route(dtype: torch.dtype, device: torch.device) -> str:
-    """How the native path runs the projections of a model in ``dtype`` on ``device``: "fp32" (oneDNN-packed),
-    "bf16" (packed for the CPU's bf16 GEMMs), "bf16_upcast" (bf16 weights, fp32 packed copies and FMAs: where
-    the CPU's bf16 dot products measured slower, e.g. AVX-512 BF16 without AMX on Intel, or none at all) or
-    "plain" (``F.linear`` on the weights as they are: GPUs, fp16, no oneDNN)."""
+    """Which packed copies the native path keeps for a model in ``dtype`` on ``device``: "fp32" (oneDNN-packed
+    fp32), "bf16" (packed for the CPU's bf16 GEMMs), "bf16_upcast" (bf16 weights, fp32 packed copies and FMAs:
+    where the CPU's bf16 dot products measured slower, e.g. AVX-512 BF16 without AMX on Intel, or none at all)
+    or "plain" (none: ``F.linear`` on the weights as they are: GPUs, fp16, no oneDNN). With a packed copy, each
+    call still runs packed or plain ``F.linear``, whichever measured faster on its shapes (:data:`LINEAR`,
+    :data:`GATE_UP`): the plain route needs no copy of its own, so it is always a candidate."""
     if device.type != "cpu" or not packing_available():
         return "plain"
-    if dtype == torch.float32:  # packed unless plain MKL GEMMs measured faster on this CPU
-        from ...autodtype import fp32_route
-
-        return fp32_route("cpu")
+    if dtype == torch.float32:
+        return "fp32"
     if dtype != torch.bfloat16:
         return "plain"
     if not _bf16_gemms_available():
@@ -132,6 +135,107 @@ def gemm_route(dtype: torch.dtype, device: torch.device) -> str:
     from ...autodtype import bf16_route
 
     return bf16_route("cpu")
+
+
+# ------------------------------------------------------------------------------------------------ the GEMMs
+BUCKET_ROWS = 128  # above 256 rows, row counts are bucketed by 128: whole calls slow down past a row count that
+# depends on the shapes and the cache (0.5B: between 848 and 864 rows), which a power-of-two bucket would straddle
+
+
+def _rows_bucket(rows: int) -> tuple[int, int]:
+    """(smallest, largest) row count of the bucket of ``rows``: powers of two up to 256, then steps of 128."""
+    if rows <= 2 * BUCKET_ROWS:
+        hi = 1 << max(0, rows - 1).bit_length()
+        return (hi // 2 + 1 if hi > 1 else 1), hi
+    hi = -(-rows // BUCKET_ROWS) * BUCKET_ROWS
+    return hi - BUCKET_ROWS + 1, hi
+
+
+def _rows_label(rows: int) -> str:
+    lo, hi = _rows_bucket(rows)
+    return f"rows {lo if lo == hi else f'{lo}-{hi}'}"
+
+
+def _route_label(w) -> str:
+    """How a :class:`Weight` or :class:`GatedMLP` can run: "plain" (no packed copy) or packed (on fp32 FMAs)."""
+    return "plain" if w.packed is None else ("packed, fp32 FMAs" if w.upcast else "packed")
+
+
+def _packed_refusal(w, x) -> str | None:
+    return None if w.packed is not None else "no packed copy (packing is off)"
+
+
+def _act(name: str, gate: torch.Tensor) -> torch.Tensor:
+    return F.gelu(gate, approximate="tanh") if name == "gelu_tanh" else F.silu(gate)
+
+
+def linear_plain(w: Weight, x: torch.Tensor) -> torch.Tensor:
+    """``F.linear`` on the weight as it is (the reference). x (M, in) -> (M, out). An ``upcast`` weight runs in
+    fp32 (the bf16 values converted per call): the same math as its packed fp32 copy."""
+    if w.upcast:
+        return F.linear(x.float(), w.weight.float(), w.bias).to(x.dtype)
+    return F.linear(x, w.weight, w.bias)
+
+
+def linear_packed(w: Weight, x: torch.Tensor) -> torch.Tensor:
+    """oneDNN's GEMM on the packed copy. x (M, in) -> (M, out)."""
+    out = torch.ops.mkldnn._linear_pointwise(x.float() if w.upcast else x, w.packed, w.bias, "none", [], "")
+    return out.to(x.dtype) if w.upcast else out
+
+
+def linear_exact(w: Weight, x: torch.Tensor) -> torch.Tensor:
+    """The float64 truth (``x`` float64)."""
+    return F.linear(x, w.weight.double(), None if w.bias is None else w.bias.double())
+
+
+def _linear_bucket(w: Weight, x: torch.Tensor) -> str:
+    out, d = w.weight.shape
+    return (f"{_rows_label(x.shape[0])}, {d} -> {out}{' + bias' if w.bias is not None else ''}, "
+            f"{str(w.weight.dtype)[6:]}, {_route_label(w)}")
+
+
+def gate_up_plain(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
+    """``act(x W_gate^T) * (x W_up^T)`` as one plain GEMM, then the activation and the product (the reference).
+    x (M, d) -> (M, I)."""
+    w, xs = (mlp.weight.float(), x.float()) if mlp.upcast else (mlp.weight, x)
+    gate, up = F.linear(xs, w).chunk(2, dim=-1)
+    return _act(mlp.act, gate).mul_(up).to(x.dtype)  # the activation's output is a new tensor: mul_ is safe
+
+
+def gate_up_packed(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
+    """The activation in the gate GEMM's epilogue, the product in the up GEMM's. x (M, d) -> (M, I)."""
+    xs = x.float() if mlp.upcast else x
+    post, algorithm = ACTIVATIONS[mlp.act]
+    gate = torch.ops.mkldnn._linear_pointwise(xs, mlp.gate.packed, None, post, [], algorithm)
+    out = torch.ops.mkldnn._linear_pointwise.binary(xs, gate, mlp.up.packed, None, "mul")
+    return out.to(x.dtype) if mlp.upcast else out
+
+
+def gate_up_exact(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
+    """The float64 truth (``x`` float64)."""
+    gate, up = F.linear(x, mlp.weight.double()).chunk(2, dim=-1)
+    return _act(mlp.act, gate) * up
+
+
+def _gate_up_bucket(mlp: GatedMLP, x: torch.Tensor) -> str:
+    return (f"{_rows_label(x.shape[0])}, d {x.shape[1]}, I {mlp.up.weight.shape[0]}, {mlp.act}, "
+            f"{str(mlp.weight.dtype)[6:]}, {_route_label(mlp)}")
+
+
+# Packed first: LOGITJUDGE_CPU_KERNELS=0 (no measuring, each kernel's first candidate) keeps the route that ran
+# before these were measured. Plain is the reference, applies everywhere and is timed beside packed in every
+# bucket, so a packed GEMM that is slower on the step's own shapes is never run. The median of the rounds
+# decides (``typical``), as for the MLP's row blocks: the routes differ in how much other load slows them.
+GEMM_MEASURING = dict(error=max_abs, tolerance=scaled_tolerance(1e-5), typical=True, repeats=7)
+LINEAR = Kernel(
+    "linear", [Candidate("packed", linear_packed, _packed_refusal), Candidate("plain", linear_plain)],
+    reference="plain", bucket=_linear_bucket, work=lambda w, x: 2 * x.shape[0] * w.weight.numel(),
+    exact=linear_exact, **GEMM_MEASURING)
+GATE_UP = Kernel(
+    "gate_up", [Candidate("packed epilogues", gate_up_packed, _packed_refusal),
+                Candidate("plain", gate_up_plain)],
+    reference="plain", bucket=_gate_up_bucket, work=lambda mlp, x: 2 * x.shape[0] * mlp.weight.numel(),
+    exact=gate_up_exact, **GEMM_MEASURING)
 
 
 # ------------------------------------------------------------------------------------------------ the MLP
@@ -156,19 +260,6 @@ def _in_blocks(rows: int):
     return mlp_blocks
 
 
-BUCKET_ROWS = 128  # above 256 rows, row counts are bucketed by 128: whole calls slow down past a row count that
-# depends on the shapes and the cache (0.5B: between 848 and 864 rows), which a power-of-two bucket would straddle
-
-
-def _rows_bucket(rows: int) -> tuple[int, int]:
-    """(smallest, largest) row count of the bucket of ``rows``: powers of two up to 256, then steps of 128."""
-    if rows <= 2 * BUCKET_ROWS:
-        hi = 1 << max(0, rows - 1).bit_length()
-        return (hi // 2 + 1 if hi > 1 else 1), hi
-    hi = -(-rows // BUCKET_ROWS) * BUCKET_ROWS
-    return hi - BUCKET_ROWS + 1, hi
-
-
 def _block_refusal(rows: int):
     def refusal(mlp, down, h) -> str | None:
         if h.device.type != "cpu":
@@ -181,17 +272,12 @@ def _block_refusal(rows: int):
 
 def mlp_exact(mlp: GatedMLP, down: Weight, h: torch.Tensor) -> torch.Tensor:
     """The float64 truth of :func:`mlp_whole` (``h`` float64): the dispatcher judges fp32 outputs against it."""
-    gate, up = F.linear(h, mlp.weight.double()).chunk(2, dim=-1)
-    gate = F.gelu(gate, approximate="tanh") if mlp.act == "gelu_tanh" else F.silu(gate)
-    bias = None if down.bias is None else down.bias.double()
-    return F.linear(gate * up, down.weight.double(), bias)
+    return linear_exact(down, gate_up_exact(mlp, h))
 
 
 def _mlp_bucket(mlp, down, h) -> str:
-    route = "plain" if mlp.gate.packed is None else ("packed, fp32 FMAs" if mlp.up.upcast else "packed")
-    lo, hi = _rows_bucket(h.shape[0])
-    return (f"rows {lo if lo == hi else f'{lo}-{hi}'}, d {h.shape[1]}, I {down.weight.shape[1]}, {str(h.dtype)[6:]}, "
-            f"{route}")
+    return (f"{_rows_label(h.shape[0])}, d {h.shape[1]}, I {down.weight.shape[1]}, {str(h.dtype)[6:]}, "
+            f"{_route_label(mlp)}")
 
 
 MLP_DOWN = Kernel(
@@ -203,6 +289,13 @@ MLP_DOWN = Kernel(
     # blocks and the whole call differ by 5-20%, and by how much other load on the machine slows them: the whole
     # call's (rows, 2 I) intermediate competes for the shared cache, so it is fastest only on a quiet machine
     repeats=9, measure_seconds=4.0, typical=True)
+# Nested measurement: each candidate above calls GATE_UP and LINEAR, themselves measured per bucket of rows. The
+# inner buckets are settled before MLP_DOWN times anything: Kernel.measure runs the reference and then every
+# candidate once (the exactness check, untimed: ``typical``) before the timed rounds, and those first runs make
+# GATE_UP and LINEAR decide (or read from the cache) each bucket the whole call and every block size touch. The
+# timed rounds then run the inner routes that every later call of those buckets runs too, so "whole" against
+# "blocks" is measured on the routes the step will take (tests/test_gemm_routes.py checks the order). The inner
+# kernels' calls while measuring are not recorded as run (dispatch.Kernel.measure).
 
 
 def mlp_down(mlp: GatedMLP, down: Weight, h: torch.Tensor) -> torch.Tensor:
