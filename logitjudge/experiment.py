@@ -65,23 +65,22 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
-
-import numpy as np
 
 from .items import Item
 from .orderings import OrderingError, check_memory
-from .preflight import model_source, preflight  # noqa: F401 - preflight: part of this module's API (cli)
+from .preflight import preflight
 from .rubric import Rubric
 from .selection import load_items, plan_orders
-from .spec import Spec, SpecError, from_dict, relative
+from .spec import Experiment, Spec, SpecError, from_dict, model_source, relative
 from .table import ScoreTable
 from .tomlfile import read_toml
 
 log = logging.getLogger("logitjudge")
 
-__all__ = ["Experiment", "SpecError", "load_spec", "prepare", "run_experiment", "score_experiment"]
+__all__ = ["Experiment", "OpenExperiment", "SpecError", "load_spec", "open_experiment", "prepare", "run_experiment",
+           "score_experiment"]
 
 
 def load_spec(spec) -> Spec:
@@ -98,23 +97,43 @@ def load_spec(spec) -> Spec:
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------------
-@dataclass
-class Experiment:
-    """Everything a spec resolves to before the model is loaded."""
+class OpenExperiment:
+    """A spec prepared and preflighted (:func:`open_experiment`): :meth:`score` and :meth:`probe` load the judge
+    (once, unless one was given), make and audit its engine (once) and run."""
 
-    spec: Spec
-    out: Path | None  # None: nothing written (the Python API's score without out=)
-    table_path: Path | None
-    probe_path: Path | None
-    items: list[Item]
-    rubric: Rubric
-    template: object
-    option_orders: np.ndarray
-    criterion_orders: np.ndarray | None
-    human: dict | None
-    systems: dict | None
-    data_info: dict
-    rows: list | None = None  # pairwise / listwise: the candidate rows (logitjudge.candidates); None: pointwise
+    def __init__(self, exp: Experiment, lm=None):
+        self.exp, self.lm, self._engine = exp, lm, None
+
+    def judge(self):
+        """The judge: the one given, else the spec's, loaded on the first call."""
+        if self.lm is None:
+            self.lm = load_judge(self.exp.spec)
+        return self.lm
+
+    def engine(self):
+        """The judge's engine after the exactness audit (:func:`judge_engine`), made on the first call."""
+        if self._engine is None:
+            self._engine = judge_engine(self.exp, self.judge())
+        return self._engine
+
+    def score(self, *, progress: bool = True) -> ScoreTable:
+        """The experiment's score table (:func:`score_experiment`)."""
+        return score_experiment(self.exp, self.judge(), engine=self.engine(), progress=progress)
+
+    def probe(self, *, progress: bool = True):
+        """The probe table and page (:func:`probe_experiment`), on the scores' engine after :meth:`score`; alone
+        (the probe command), on an engine audited there and with the probed prompts' dump."""
+        return probe_experiment(self.exp, self.judge(), engine=self._engine, progress=progress)
+
+
+def open_experiment(spec, *, lm=None, data_dir=None, out=None, force: bool = False, spec_file=None,
+                    items: list[Item] | None = None, rubric: Rubric | None = None) -> OpenExperiment:
+    """The one way into a run: :func:`prepare` (everything but the model checked) then :func:`preflight` (the
+    tokenizer and config: ``lm``'s when a judge is given, else the spec's, read without the weights); the
+    judge is loaded when the returned :class:`OpenExperiment` scores or probes. Arguments: :func:`prepare`'s."""
+    exp = prepare(spec, data_dir=data_dir, out=out, force=force, spec_file=spec_file, items=items, rubric=rubric)
+    preflight(exp, lm)  # a preloaded judge: its own tokenizer and config, checked before any item is scored
+    return OpenExperiment(exp, lm)
 
 
 def _outputs(spec: Spec, table_path: Path, probe_path: Path, probing: bool) -> list:
@@ -350,19 +369,15 @@ def run_experiment(spec_path_or_dict, *, data_dir=None, out=None, lm=None, progr
     analysis dict)}`` and, probing, ``"probe_report"``.
     """
     spec_file = spec_path_or_dict if isinstance(spec_path_or_dict, (str, Path)) else None
-    exp = prepare(with_overrides(load_spec(spec_path_or_dict), overrides), data_dir=data_dir, out=out, force=force,
-                  spec_file=spec_file)
-    probing = probe_settings(exp) is not None
-    preflight(exp, lm)  # a preloaded judge: its own tokenizer and config, checked before any item is scored
-    if lm is None:
-        lm = load_judge(exp.spec)
-    engine = judge_engine(exp, lm)
-    table = score_experiment(exp, lm, engine=engine, progress=progress)
+    run = open_experiment(with_overrides(load_spec(spec_path_or_dict), overrides), lm=lm, data_dir=data_dir,
+                          out=out, force=force, spec_file=spec_file)
+    exp = run.exp
+    table = run.score(progress=progress)
     results = analyze_experiment(exp, table)
     folder = write_experiment_report(exp, table, results)
     out = {"verdict": results["verdict"], "report": str(folder), "results": results}
-    if probing:
-        out["probe_report"] = str(probe_experiment(exp, lm, engine=engine, progress=progress)[1])
+    if probe_settings(exp) is not None:
+        out["probe_report"] = str(run.probe(progress=progress)[1])
     return out
 
 

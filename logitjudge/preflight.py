@@ -8,22 +8,10 @@ from __future__ import annotations
 import glob
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .spec import Spec, SpecError
-
-if TYPE_CHECKING:
-    from .experiment import Experiment
-
-
-def model_source(spec: Spec) -> str:
-    model_id = spec.model.id
-    # a model folder or GGUF file next to the spec file
-    if spec.base is not None and not Path(model_id).is_absolute() and (Path(spec.base) / model_id).exists():
-        return str(Path(spec.base) / model_id)
-    return model_id
+from .spec import Experiment, SpecError, model_source
 
 
 def preflight(exp: Experiment, lm=None) -> None:
@@ -67,12 +55,12 @@ def check_run_files(exp: Experiment) -> None:
     pointwise template that shows them, and each checkpoint the run would resume (a file that is not one, or
     whose first record, the run's settings, is damaged: :func:`logitjudge.checkpoint.check_file`)."""
     from .checkpoint import check_file
-    from .experiment import probe_settings
-    from .run import shows_descriptions
+    from .prompts import shows_descriptions
 
     if exp.rows is None:
         exp.rubric.validate(need_descriptions=shows_descriptions(exp.template))
-    tables = {exp.table_path} | ({exp.probe_path} if probe_settings(exp) is not None else set())
+    # the [probe] section was checked by prepare (probe_settings): it probes when it names probes
+    tables = {exp.table_path} | ({exp.probe_path} if exp.spec.probe.probes else set())
     for table in sorted(t for t in tables if t is not None):  # None: a Python call that writes no table
         parts = [Path(f"{table}.partial.jsonl")]  # and, under torchrun, each rank's
         if table.parent.is_dir():

@@ -190,6 +190,12 @@ def load_template(spec: str | Path | Template | None) -> Template:
     return Template.load(s) if s.endswith(".toml") or Path(s).exists() else builtin_template(s)
 
 
+def shows_descriptions(template: Template) -> bool:
+    """A pointwise template's prompts show the rubric's descriptions, so an empty one is refused (the preflight
+    checks it before the model loads, the run again)."""
+    return template.needs_descriptions and "{description}" in template.option_line
+
+
 def uses_chat(template: Template, tokenizer) -> bool:
     """Whether the prompts go through the judge's chat template: ``chat = true`` / ``false`` as set; ``"auto"``
     where the tokenizer has a chat template (an instruct judge), else plain (a base model such as

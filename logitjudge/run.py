@@ -37,7 +37,7 @@ from .probe.prompts import probe_prompts
 from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
 from .probe.table import ProbeTable
 from .progress import Interrupted, Plan, Progress
-from .prompts import chat_meta, load_template
+from .prompts import chat_meta, load_template, shows_descriptions
 from .requests import default_template, item_prompts, orders_of
 from .steps import (
     SLOT_FUNCTIONS,
@@ -68,12 +68,6 @@ def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | No
     for it in items:
         h.update(json.dumps([it.id, it.text, it.context]).encode())
     return h.hexdigest()[:16]
-
-
-def shows_descriptions(template) -> bool:
-    """A pointwise template's prompts show the rubric's descriptions, so an empty one is refused (the preflight
-    checks it before the model loads, the run again)."""
-    return template.needs_descriptions and "{description}" in template.option_line
 
 
 class RunError(LogitJudgeError, ValueError):
@@ -314,6 +308,56 @@ class Run:
                           self.option_orders, self.criterion_orders, np.array([c.values for c in rubric.criteria]),
                           [it.id for it in items], [c.name for c in rubric.criteria],
                           [it.group for it in items] if any(it.group for it in items) else None, meta)
+
+
+class GroupedRun(Run):
+    """A pointwise run whose items of one ``group`` (else each item alone) run as one token trie: best-of-N
+    candidates (or an RL policy's completions) answering one prompt are scored with the prompt (the items'
+    ``context``) computed once. The trie merges only identical token prefixes, so every number is the per-item
+    run's up to fp32 reassociation (a batch split); the parity test against the plain forward is in
+    ``tests/test_reward.py``."""
+
+    def trie_keys(self, idx: list[int]) -> list:
+        return [self.items[i].group or f"\0{self.items[i].id}" for i in idx]
+
+
+def score(lm, items, rubric, option_orders=None, *, template=None, engine: Engine | None = None, out=None,
+          progress: bool = True, meta: dict | None = None) -> ScoreTable:
+    """Exact option distributions of every (item, criterion, ordering) in one ScoreTable (a :class:`Run`).
+
+    ``option_orders``: (K, n) shared by every item or (I, K, n) per item (default: the canonical order once).
+    With ``out``, finished batches are checkpointed and the table is saved there; an interrupted run started
+    again with the same ``out`` continues where it stopped.
+    """
+    return Run(lm, items, rubric, option_orders, template=template, engine=engine, out=out, progress=progress,
+               meta=meta).execute()
+
+
+def score_multi(lm, items, rubric, option_orders, criterion_orders, *, template=None, engine: Engine | None = None,
+                out=None, slots: str = "greedy", max_continuations: int = 20000, progress: bool = True,
+                meta: dict | None = None) -> ScoreTable:
+    """Several criteria in one prompt: per-slot distributions, indexed by the canonical criterion,
+    ``probs[item, criterion, ordering, option]`` (a :class:`Run`; the slot algorithms are in
+    :mod:`logitjudge.steps`). ``option_orders`` and ``criterion_orders`` are aligned (K rows each); use
+    ``orderings.cross`` to combine every option order with every criteria order."""
+    return Run(lm, items, rubric, option_orders, criterion_orders=criterion_orders, template=template, engine=engine,
+               out=out, slots=slots, max_continuations=max_continuations, progress=progress, meta=meta).execute()
+
+
+def score_grouped(lm, items, rubric, option_orders=None, *, template=None, engine=None, out=None,
+                  progress: bool = True, meta: dict | None = None) -> ScoreTable:
+    """:func:`score` with the items of one group on one token trie (:class:`GroupedRun`)."""
+    return GroupedRun(lm, items, rubric, option_orders, template=template, engine=engine, out=out,
+                      progress=progress, meta=meta).execute()
+
+
+def planned_tokens(run: Run) -> int:
+    """The tokens ``run`` will forward (each trie node's segment once, as its batches plan them), counted from
+    the encoded prompts without the model: the exact cost."""
+    total = 0
+    for batch in run.batches(list(range(len(run.items))), {}):
+        total += run.engine.planned_tokens(batch.jobs())
+    return total
 
 
 class ProbeRun(Run):

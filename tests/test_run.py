@@ -113,7 +113,7 @@ def test_checkpoint_keeps_whole_batches_and_leaves_nothing_before_the_first(tmp_
 
 
 def test_rerun_reuses_a_finished_table_and_replaces_other_settings(tiny_lm, tmp_path, caplog):
-    from logitjudge.scoring import score
+    from logitjudge.run import score
 
     out = tmp_path / "t.npz"
     rub = builtin_rubric("default")
