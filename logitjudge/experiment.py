@@ -101,8 +101,8 @@ class OpenExperiment:
     """A spec prepared and preflighted (:func:`open_experiment`): :meth:`score` and :meth:`probe` load the judge
     (once, unless one was given), make and audit its engine (once) and run."""
 
-    def __init__(self, exp: Experiment, lm=None):
-        self.exp, self.lm, self._engine = exp, lm, None
+    def __init__(self, exp: Experiment, lm=None, plan=None):
+        self.exp, self.lm, self.plan, self._engine = exp, lm, plan, None
 
     def judge(self):
         """The judge: the one given, else the spec's, loaded on the first call."""
@@ -113,12 +113,15 @@ class OpenExperiment:
     def engine(self):
         """The judge's engine after the exactness audit (:func:`judge_engine`), made on the first call."""
         if self._engine is None:
-            self._engine = judge_engine(self.exp, self.judge())
+            lm = self.judge()
+            if self.plan is not None:  # the preflight's plan, for the judge's tokenizer and context
+                self.plan = run_plan(self.exp, lm, self.plan)
+            self._engine = judge_engine(self.exp, lm, plan=self.plan)
         return self._engine
 
     def score(self, *, progress: bool = True) -> ScoreTable:
         """The experiment's score table (:func:`score_experiment`)."""
-        return score_experiment(self.exp, self.judge(), engine=self.engine(), progress=progress)
+        return score_experiment(self.exp, self.judge(), engine=self.engine(), progress=progress, plan=self.plan)
 
     def probe(self, *, progress: bool = True):
         """The probe table and page (:func:`probe_experiment`), on the scores' engine after :meth:`score`; alone
@@ -130,10 +133,11 @@ def open_experiment(spec, *, lm=None, data_dir=None, out=None, force: bool = Fal
                     items: list[Item] | None = None, rubric: Rubric | None = None) -> OpenExperiment:
     """The one way into a run: :func:`prepare` (everything but the model checked) then :func:`preflight` (the
     tokenizer and config: ``lm``'s when a judge is given, else the spec's, read without the weights); the
-    judge is loaded when the returned :class:`OpenExperiment` scores or probes. Arguments: :func:`prepare`'s."""
+    judge is loaded when the returned :class:`OpenExperiment` scores or probes. Its prompts are the preflight's
+    :class:`~logitjudge.requests.RequestPlan`: each encoded once. Arguments: :func:`prepare`'s."""
     exp = prepare(spec, data_dir=data_dir, out=out, force=force, spec_file=spec_file, items=items, rubric=rubric)
-    preflight(exp, lm)  # a preloaded judge: its own tokenizer and config, checked before any item is scored
-    return OpenExperiment(exp, lm)
+    plan = preflight(exp, lm)  # a preloaded judge: its own tokenizer and config, checked before any item is scored
+    return OpenExperiment(exp, lm, plan)
 
 
 def _outputs(spec: Spec, table_path: Path, probe_path: Path, probing: bool) -> list:
@@ -268,58 +272,62 @@ def load_judge(spec: Spec):
     return lm
 
 
-def judge_engine(exp: Experiment, lm):
+def judge_engine(exp: Experiment, lm, *, plan=None):
     """The engine of the spec's [model] settings (its backend computes the model exactly or is refused), after
-    the exactness audit (multi-criteria runs are audited on the same items' single-criterion prompts)."""
+    the exactness audit on the run's prompts (``plan``: its :class:`~logitjudge.requests.RequestPlan`, read and
+    left there for the run; multi-criteria runs are audited on the same items' single-criterion prompts)."""
     from .engine import Engine
-    from .verify import audit_run
+    from .verify import audit_plan, audit_run
 
     od, pr, m = exp.spec.orderings, exp.spec.prompts, exp.spec.model
     engine = Engine(lm, token_budget=m.token_budget, prefix_mode=m.prefix_mode)
-    if exp.rows is not None:
-        from .paradigm_run import audit_rows
-
-        audit_rows(engine, lm, exp.rows, exp.rubric, exp.option_orders, exp.template, m.verify, rng=od.seed)
-        return engine
-    audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None if pr.multi_criteria else exp.template,
-              m.verify, rng=od.seed)
+    if pr.multi_criteria:
+        audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None, m.verify, rng=od.seed)
+    else:
+        audit_plan(engine, run_plan(exp, lm, plan), m.verify, rng=od.seed)
     return engine
 
 
-def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True) -> ScoreTable:
+def run_plan(exp: Experiment, lm, plan=None):
+    """The request plan of a rubric or candidate run: ``plan`` (the preflight's) when it was encoded by the
+    judge's own tokenizer (then held to the judge's context), else a new one."""
+    from .requests import RequestPlan
+
+    units = exp.items if exp.rows is None else exp.rows
+    if plan is not None and plan.tokenizer is lm.tokenizer:
+        plan.max_length = lm.max_length
+        return plan
+    return RequestPlan(lm, exp.template, exp.rubric, units, exp.option_orders)
+
+
+def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True, plan=None) -> ScoreTable:
     """The experiment's score table: reused from its table path when that holds these settings, else scored
     (continuing an interrupted run) and saved there. Writes the ``dump_prompts`` JSONL first when asked.
-    ``engine``: one made by :func:`judge_engine` (default: made here)."""
-    from .requests import dump_prompts
+    ``engine``: one made by :func:`judge_engine` (default: made here); ``plan``: the preflight's request plan."""
+    from .paradigm_run import CandidateRun
+    from .requests import RequestPlan, dump_prompts, first_requests, orders_of
     from .run import Run
 
     od, pr = exp.spec.orderings, exp.spec.prompts
     meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,
             "criterion_orderings": od.criteria if pr.multi_criteria else None}
-    engine = engine or judge_engine(exp, lm)
-    if exp.rows is not None:
-        return _score_rows(exp, lm, engine, meta, progress)
-    run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
-              template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,
-              max_continuations=pr.max_continuations, progress=progress, meta=meta)
+    plan = None if pr.multi_criteria else run_plan(exp, lm, plan)
+    engine = engine or judge_engine(exp, lm, plan=plan)
+    if exp.rows is not None:  # pairwise / listwise: the candidate table
+        run = CandidateRun(lm, exp.rows, exp.rubric, exp.option_orders, paradigm=pr.paradigm, template=exp.template,
+                           engine=engine, out=exp.table_path, progress=progress, meta=dict(meta, pairs=pr.pairs),
+                           request_plan=plan)
+    else:
+        run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
+                  template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,
+                  max_continuations=pr.max_continuations, progress=progress, meta=meta, request_plan=plan)
     if exp.spec.dump_prompts:
-        dump_prompts(lm, exp.items, exp.rubric, exp.option_orders, run.template, exp.spec.dump_prompts,
-                     criterion_orders=exp.criterion_orders)
-    return run.execute()
-
-
-def _score_rows(exp: Experiment, lm, engine, meta: dict, progress: bool) -> ScoreTable:
-    """A pairwise or listwise experiment's candidate table (:class:`logitjudge.paradigm_run.CandidateRun`)."""
-    from .paradigm_run import CandidateRun
-    from .requests import dump_candidate_prompts
-
-    pr = exp.spec.prompts
-    meta = dict(meta, pairs=pr.pairs)
-    run = CandidateRun(lm, exp.rows, exp.rubric, exp.option_orders, paradigm=pr.paradigm, template=exp.template,
-                       engine=engine, out=exp.table_path, progress=progress, meta=meta)
-    if exp.spec.dump_prompts:
-        dump_candidate_prompts(lm, exp.rows, exp.rubric, exp.option_orders, run.template, exp.spec.dump_prompts,
-                               paradigm=pr.paradigm)
+        dump = run.request_plan
+        if pr.multi_criteria:  # each ordering's first slot
+            orders = run.option_orders
+            dump = RequestPlan(lm, run.template, exp.rubric, exp.items, orders, requests=lambda i: first_requests(
+                exp.rubric, exp.items[i], orders_of(orders, i), exp.criterion_orders))
+        dump_prompts(dump, exp.spec.dump_prompts)
     return run.execute()
 
 
@@ -434,7 +442,7 @@ def probe_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True)
     probe command: ``--report``). Returns (ProbeTable, the page or None). Without ``engine`` (the probe command)
     the engine is made and audited here and the ``dump_prompts`` JSONL of the probed prompts is written."""
     from .report.probe import write_probe_report
-    from .requests import dump_prompts
+    from .requests import RequestPlan, dump_prompts
     from .rubric import Rubric
     from .run import ProbeRun
 
@@ -447,8 +455,8 @@ def probe_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True)
         engine = judge_engine(exp, lm)
         if exp.spec.dump_prompts:
             crit = exp.rubric.criteria[settings["criterion"]]
-            dump_prompts(lm, items, Rubric((crit,), exp.rubric.instructions, exp.rubric.name), orders, exp.template,
-                         exp.spec.dump_prompts)
+            one = Rubric((crit,), exp.rubric.instructions, exp.rubric.name)
+            dump_prompts(RequestPlan(lm, exp.template, one, items, orders), exp.spec.dump_prompts)
     od = exp.spec.orderings
     meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed}
     table = ProbeRun(lm, items, exp.rubric, orders, template=exp.template, engine=engine, out=exp.probe_path,

@@ -235,6 +235,14 @@ class EncodedPrompt:
     continuations: tuple[str, ...]
 
 
+def check_length(prompt_ids, continuation_ids, max_length: int, where: str) -> None:
+    """Refuse a prompt whose longest label continuation ends past the model's context."""
+    longest = len(prompt_ids) + max(len(c) for c in continuation_ids)
+    if longest > max_length:
+        raise PromptError(f"{where}: the prompt is {longest} tokens long but the model's context is "
+                          f"{max_length} tokens; shorten the text or use a model with a longer context")
+
+
 def _encode(tokenizer, text: str, add_special: bool):
     enc = tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)
     return list(enc["input_ids"]), [tuple(x) for x in enc["offset_mapping"]]
@@ -276,9 +284,6 @@ def encode_prompt(tokenizer, prompt: str, continuations: list[str], *, add_speci
                     f"{continuations[j]!r}, so its probability is not that of a distinct answer; give the "
                     "template a terminator (e.g. terminator = \"]]\" with answer prefix \"[[\", or \"\\n\")")
     if max_length is not None:
-        longest = len(prompt_ids) + max(len(c) for c in conts)
-        if longest > max_length:
-            raise PromptError(f"{where}: the prompt is {longest} tokens long but the model's context is "
-                              f"{max_length} tokens; shorten the text or use a model with a longer context")
+        check_length(prompt_ids, conts, max_length, where)
     tail = prompt[cut:]
     return EncodedPrompt(prompt_ids, conts, prompt[:cut], tuple(tail + c for c in continuations))
