@@ -126,7 +126,7 @@ class OpenExperiment:
     def probe(self, *, progress: bool = True):
         """The probe table and page (:func:`probe_experiment`), on the scores' engine after :meth:`score`; alone
         (the probe command), on an engine audited there and with the probed prompts' dump."""
-        return probe_experiment(self.exp, self.judge(), engine=self._engine, progress=progress)
+        return probe_experiment(self.exp, self.judge(), engine=self._engine, progress=progress, plan=self.plan)
 
 
 def open_experiment(spec, *, lm=None, data_dir=None, out=None, force: bool = False, spec_file=None,
@@ -436,11 +436,12 @@ def probe_settings(exp: Experiment) -> dict | None:
             "kinds": kinds, "hidden_layers": p.layers}
 
 
-def probe_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True):
+def probe_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True, plan=None):
     """Probe the spec's items (a run spec: the first ``[probe] limit`` scored items) into the probe table
     (resumable, :class:`logitjudge.run.ProbeRun`) and write the probe page (a run spec: ``<out>/probe/``; the
     probe command: ``--report``). Returns (ProbeTable, the page or None). Without ``engine`` (the probe command)
-    the engine is made and audited here and the ``dump_prompts`` JSONL of the probed prompts is written."""
+    the engine is made and audited here (on ``plan``, the preflight's request plan) and the ``dump_prompts``
+    JSONL of the probed prompts is written."""
     from .report.probe import write_probe_report
     from .requests import RequestPlan, dump_prompts
     from .rubric import Rubric
@@ -452,7 +453,7 @@ def probe_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True)
     limit = exp.spec.probe.limit
     items, orders = exp.items[:limit], exp.option_orders[:limit] if exp.option_orders.ndim == 3 else exp.option_orders
     if engine is None:
-        engine = judge_engine(exp, lm)
+        engine = judge_engine(exp, lm, plan=plan)
         if exp.spec.dump_prompts:
             crit = exp.rubric.criteria[settings["criterion"]]
             one = Rubric((crit,), exp.rubric.instructions, exp.rubric.name)

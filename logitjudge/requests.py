@@ -169,15 +169,16 @@ class RequestPlan:
         self.tokenizer, self.template, self.rubric = lm.tokenizer, template, rubric
         self.units, self.option_orders = list(units), np.asarray(option_orders)
         self.max_length = lm.max_length if max_length is None else max_length
-        self._requests = requests or (lambda i: unit_requests(rubric, self.units[i], orders_of(self.option_orders,
-                                                                                                   i),
-                                                              template.tie_label))
+        self._requests = requests or self._unit_requests
         self._last: tuple = (None, [])  # the requests of the unit read last
         self._kept: dict[tuple[int, int], EncodedPrompt] = {}
         self._tokens = 0
 
     def __len__(self) -> int:
         return len(self.units)
+
+    def _unit_requests(self, i: int) -> list[Request]:
+        return unit_requests(self.rubric, self.units[i], orders_of(self.option_orders, i), self.template.tie_label)
 
     def requests(self, i: int) -> list[Request]:
         """Unit ``i``'s requests (no encoding)."""
