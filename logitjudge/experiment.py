@@ -194,8 +194,7 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
     """
     from .models import ModelError, check_attn_implementation, check_device
     from .outputs import OutputError, check_outputs
-    from .prompts import PromptError, load_template
-    from .requests import default_template
+    from .prompts import PromptError, default_template, load_template
     from .steps import check_slots
 
     if isinstance(spec, (str, Path)):

@@ -15,8 +15,8 @@ import numpy as np
 from .candidates import POINTWISE, Row, candidate_ids, check_paradigm
 from .engine import Engine
 from .orderings import validate
-from .prompts import load_template
-from .requests import RequestPlan, default_template
+from .prompts import default_template, load_template
+from .requests import RequestPlan
 from .run import Run, RunError, run_fingerprint, run_meta
 from .table import ScoreTable
 

@@ -12,7 +12,7 @@ import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .candidates import LETTERS, PARADIGMS
+from .candidates import LETTERS, PARADIGMS, POINTWISE
 from .errors import LogitJudgeError
 from .rubric import Criterion, Rubric
 from .tomlfile import read_toml
@@ -179,6 +179,13 @@ def builtin_template(name: str) -> Template:
     if not p.exists():
         raise PromptError(f"no built-in template {name!r}; available: {builtin_names()}, or pass a .toml file")
     return Template.load(p)
+
+
+def default_template(multi: bool, paradigm: str = POINTWISE) -> str:
+    """The built-in template a run uses when none is given (pairwise and listwise: the template of that name)."""
+    if paradigm != POINTWISE:
+        return paradigm
+    return "multi-criteria" if multi else "text-first"
 
 
 def load_template(spec: str | Path | Template | None) -> Template:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .candidates import LETTERS, POINTWISE, Row
+from .candidates import LETTERS, Row
 from .items import Item
 from .orderings import inverse
 from .prompts import EncodedPrompt, PromptError, Template, check_length, encode_prompt, uses_chat, wrap_chat
@@ -54,13 +54,6 @@ class Request:
     def criterion(self) -> int:
         """The canonical index of the asked criterion."""
         return self.criterion_order[len(self.answers)]
-
-
-def default_template(multi: bool, paradigm: str = POINTWISE) -> str:
-    """The built-in template a run uses when none is given (pairwise and listwise: the template of that name)."""
-    if paradigm != POINTWISE:
-        return paradigm
-    return "multi-criteria" if multi else "text-first"
 
 
 def single_requests(rubric: Rubric, item: Item, option_orders) -> list[Request]:

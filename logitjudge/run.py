@@ -40,8 +40,8 @@ from .probe.prompts import probe_prompts
 from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
 from .probe.table import ProbeTable
 from .progress import Interrupted, Plan, Progress
-from .prompts import chat_meta, load_template, shows_descriptions
-from .requests import RequestPlan, default_template, orders_of
+from .prompts import chat_meta, default_template, load_template, shows_descriptions
+from .requests import RequestPlan, orders_of
 from .steps import (
     SLOT_FUNCTIONS,
     SLOT_JOBS,
