@@ -11,8 +11,8 @@
     print(report.verdict); report.scores; report.save("report/")
 
 These are the command line's functions, not a second pipeline: :func:`score` builds the spec ``logitjudge score``
-builds from its flags and runs it through :func:`logitjudge.experiment.prepare` and
-:func:`~logitjudge.experiment.score_experiment` (the same checks, orders, engine, exactness audit, checkpoint);
+builds from its flags and runs it through :func:`logitjudge.experiment.open_experiment` (the same checks, orders,
+engine, exactness audit, checkpoint);
 :func:`analyze` is what ``logitjudge analyze`` prints and writes (``--scores``); rows become items through
 :func:`logitjudge.items.items_from_data`, the checks of a texts file. The submodules stay the long form.
 """
@@ -143,7 +143,7 @@ def score(judge, data, *, text: str = "text", context: str | None = "context", i
     there (.npz), checkpointed as it is scored so that the same call again continues an interrupted run
     (``force``: replace a file there that is not a score table). Returns a :class:`Result`.
     """
-    from .experiment import preflight, prepare, score_experiment
+    from .experiment import open_experiment
     from .items import items_from_data
 
     if isinstance(judge, (str, Path)):
@@ -166,9 +166,10 @@ def score(judge, data, *, text: str = "text", context: str | None = "context", i
         orderings=_section(OrderingSpec, {"options": orderings, "criteria": criterion_orderings, "seed": seed},
                            "score", "orderings"),
         from_flags=True)
-    exp = prepare(spec, force=force, items=items, rubric=rubric if isinstance(rubric, Rubric) else None)
-    preflight(exp, lm=judge)  # labels and the context, with the judge's own tokenizer, before any item is scored
-    return Result(score_experiment(exp, judge, progress=progress), exp.table_path)
+    # labels and the context are checked with the judge's own tokenizer before any item is scored
+    run = open_experiment(spec, lm=judge, force=force, items=items,
+                          rubric=rubric if isinstance(rubric, Rubric) else None)
+    return Result(run.score(progress=progress), run.exp.table_path)
 
 
 def _table_of(result) -> ScoreTable:

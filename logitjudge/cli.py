@@ -149,12 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_score(args) -> int:
-    from .experiment import load_judge, preflight, prepare, score_experiment
+    from .experiment import open_experiment
     from .spec import from_flags
 
-    exp = prepare(from_flags(args), force=args.force)  # everything but the model is checked here
-    preflight(exp)  # the tokenizer and config alone
-    table = score_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
+    run = open_experiment(from_flags(args), force=args.force)  # everything but the weights is checked here
+    exp, table = run.exp, run.score(progress=not args.quiet)
     rows = {"pairwise": "pairs", "listwise": "lists"}.get(exp.spec.prompts.paradigm, "items")
     labels = "options" if rows == "items" else "labels"
     print(f"wrote {exp.table_path}: {table.shape[0]} {rows} x {table.shape[1]} criteria x {table.shape[2]} "
@@ -163,12 +162,11 @@ def cmd_score(args) -> int:
 
 
 def cmd_probe(args) -> int:
-    from .experiment import load_judge, preflight, prepare, probe_experiment
+    from .experiment import open_experiment
     from .spec import from_flags
 
-    exp = prepare(from_flags(args, name="probe"), force=args.force)  # everything but the model is checked here
-    preflight(exp)
-    table, page = probe_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
+    run = open_experiment(from_flags(args, name="probe"), force=args.force)  # all but the weights checked here
+    exp, (table, page) = run.exp, run.probe(progress=not args.quiet)
     print(f"wrote {exp.probe_path}: {len(table.item_ids)} items x {table.probs.shape[1]} orderings, probes "
           f"{','.join(table.meta['probes'])}")
     if page is not None:

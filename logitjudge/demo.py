@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import analyze_experiment, load_judge, prepare, score_experiment, write_experiment_report
+from .experiment import analyze_experiment, open_experiment, write_experiment_report
 
 TEXTS = Path(__file__).parent / "demo" / "texts.jsonl"
 
@@ -52,11 +52,11 @@ def run_demo(out="out/demo", model: str = "gemma-3-270m", *, lm=None, n_boot: in
              progress: bool = True) -> int:
     """Score the built-in texts, print their distributions by position, analyse, write the report folder,
     print the verdict and the report's path. ``lm`` is a preloaded model (tests). Returns 0."""
-    exp = prepare(demo_spec(out, model, n_boot=n_boot))
+    run = open_experiment(demo_spec(out, model, n_boot=n_boot), lm=lm)
+    exp = run.exp
     print(f"logitjudge demo: {len(exp.items)} texts x {len(exp.option_orders)} balanced orderings of the "
           f"{exp.rubric.n_options} options of the built-in rubric '{exp.rubric.name}', judge {model}")
-    lm = lm if lm is not None else load_judge(exp.spec)
-    table = score_experiment(exp, lm, progress=progress)
+    table = run.score(progress=progress)
     print()
     print(format_distributions(table, exp.items))
     print()

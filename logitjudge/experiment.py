@@ -65,23 +65,22 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
-
-import numpy as np
 
 from .items import Item
 from .orderings import OrderingError, check_memory
-from .preflight import model_source, preflight  # noqa: F401 - preflight: part of this module's API (cli)
+from .preflight import preflight
 from .rubric import Rubric
 from .selection import load_items, plan_orders
-from .spec import Spec, SpecError, from_dict, relative
+from .spec import Experiment, Spec, SpecError, from_dict, model_source, relative
 from .table import ScoreTable
 from .tomlfile import read_toml
 
 log = logging.getLogger("logitjudge")
 
-__all__ = ["Experiment", "SpecError", "load_spec", "prepare", "run_experiment", "score_experiment"]
+__all__ = ["Experiment", "OpenExperiment", "SpecError", "load_spec", "open_experiment", "prepare", "run_experiment",
+           "score_experiment"]
 
 
 def load_spec(spec) -> Spec:
@@ -98,23 +97,47 @@ def load_spec(spec) -> Spec:
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------------
-@dataclass
-class Experiment:
-    """Everything a spec resolves to before the model is loaded."""
+class OpenExperiment:
+    """A spec prepared and preflighted (:func:`open_experiment`): :meth:`score` and :meth:`probe` load the judge
+    (once, unless one was given), make and audit its engine (once) and run."""
 
-    spec: Spec
-    out: Path | None  # None: nothing written (the Python API's score without out=)
-    table_path: Path | None
-    probe_path: Path | None
-    items: list[Item]
-    rubric: Rubric
-    template: object
-    option_orders: np.ndarray
-    criterion_orders: np.ndarray | None
-    human: dict | None
-    systems: dict | None
-    data_info: dict
-    rows: list | None = None  # pairwise / listwise: the candidate rows (logitjudge.candidates); None: pointwise
+    def __init__(self, exp: Experiment, lm=None, plan=None):
+        self.exp, self.lm, self.plan, self._engine = exp, lm, plan, None
+
+    def judge(self):
+        """The judge: the one given, else the spec's, loaded on the first call."""
+        if self.lm is None:
+            self.lm = load_judge(self.exp.spec)
+        return self.lm
+
+    def engine(self):
+        """The judge's engine after the exactness audit (:func:`judge_engine`), made on the first call."""
+        if self._engine is None:
+            lm = self.judge()
+            if self.plan is not None:  # the preflight's plan, for the judge's tokenizer and context
+                self.plan = run_plan(self.exp, lm, self.plan)
+            self._engine = judge_engine(self.exp, lm, plan=self.plan)
+        return self._engine
+
+    def score(self, *, progress: bool = True) -> ScoreTable:
+        """The experiment's score table (:func:`score_experiment`)."""
+        return score_experiment(self.exp, self.judge(), engine=self.engine(), progress=progress, plan=self.plan)
+
+    def probe(self, *, progress: bool = True):
+        """The probe table and page (:func:`probe_experiment`), on the scores' engine after :meth:`score`; alone
+        (the probe command), on an engine audited there and with the probed prompts' dump."""
+        return probe_experiment(self.exp, self.judge(), engine=self._engine, progress=progress, plan=self.plan)
+
+
+def open_experiment(spec, *, lm=None, data_dir=None, out=None, force: bool = False, spec_file=None,
+                    items: list[Item] | None = None, rubric: Rubric | None = None) -> OpenExperiment:
+    """The one way into a run: :func:`prepare` (everything but the model checked) then :func:`preflight` (the
+    tokenizer and config: ``lm``'s when a judge is given, else the spec's, read without the weights); the
+    judge is loaded when the returned :class:`OpenExperiment` scores or probes. Its prompts are the preflight's
+    :class:`~logitjudge.requests.RequestPlan`: each encoded once. Arguments: :func:`prepare`'s."""
+    exp = prepare(spec, data_dir=data_dir, out=out, force=force, spec_file=spec_file, items=items, rubric=rubric)
+    plan = preflight(exp, lm)  # a preloaded judge: its own tokenizer and config, checked before any item is scored
+    return OpenExperiment(exp, lm, plan)
 
 
 def _outputs(spec: Spec, table_path: Path, probe_path: Path, probing: bool) -> list:
@@ -171,8 +194,7 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
     """
     from .models import ModelError, check_attn_implementation, check_device
     from .outputs import OutputError, check_outputs
-    from .prompts import PromptError, load_template
-    from .requests import default_template
+    from .prompts import PromptError, default_template, load_template
     from .steps import check_slots
 
     if isinstance(spec, (str, Path)):
@@ -249,58 +271,62 @@ def load_judge(spec: Spec):
     return lm
 
 
-def judge_engine(exp: Experiment, lm):
+def judge_engine(exp: Experiment, lm, *, plan=None):
     """The engine of the spec's [model] settings (its backend computes the model exactly or is refused), after
-    the exactness audit (multi-criteria runs are audited on the same items' single-criterion prompts)."""
+    the exactness audit on the run's prompts (``plan``: its :class:`~logitjudge.requests.RequestPlan`, read and
+    left there for the run; multi-criteria runs are audited on the same items' single-criterion prompts)."""
     from .engine import Engine
-    from .verify import audit_run
+    from .verify import audit_plan, audit_run
 
     od, pr, m = exp.spec.orderings, exp.spec.prompts, exp.spec.model
     engine = Engine(lm, token_budget=m.token_budget, prefix_mode=m.prefix_mode)
-    if exp.rows is not None:
-        from .paradigm_run import audit_rows
-
-        audit_rows(engine, lm, exp.rows, exp.rubric, exp.option_orders, exp.template, m.verify, rng=od.seed)
-        return engine
-    audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None if pr.multi_criteria else exp.template,
-              m.verify, rng=od.seed)
+    if pr.multi_criteria:
+        audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None, m.verify, rng=od.seed)
+    else:
+        audit_plan(engine, run_plan(exp, lm, plan), m.verify, rng=od.seed)
     return engine
 
 
-def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True) -> ScoreTable:
+def run_plan(exp: Experiment, lm, plan=None):
+    """The request plan of a rubric or candidate run: ``plan`` (the preflight's) when it was encoded by the
+    judge's own tokenizer (then held to the judge's context), else a new one."""
+    from .requests import RequestPlan
+
+    units = exp.items if exp.rows is None else exp.rows
+    if plan is not None and plan.tokenizer is lm.tokenizer:
+        plan.max_length = lm.max_length
+        return plan
+    return RequestPlan(lm, exp.template, exp.rubric, units, exp.option_orders)
+
+
+def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True, plan=None) -> ScoreTable:
     """The experiment's score table: reused from its table path when that holds these settings, else scored
     (continuing an interrupted run) and saved there. Writes the ``dump_prompts`` JSONL first when asked.
-    ``engine``: one made by :func:`judge_engine` (default: made here)."""
-    from .requests import dump_prompts
+    ``engine``: one made by :func:`judge_engine` (default: made here); ``plan``: the preflight's request plan."""
+    from .paradigm_run import CandidateRun
+    from .requests import RequestPlan, dump_prompts, first_requests, orders_of
     from .run import Run
 
     od, pr = exp.spec.orderings, exp.spec.prompts
     meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,
             "criterion_orderings": od.criteria if pr.multi_criteria else None}
-    engine = engine or judge_engine(exp, lm)
-    if exp.rows is not None:
-        return _score_rows(exp, lm, engine, meta, progress)
-    run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
-              template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,
-              max_continuations=pr.max_continuations, progress=progress, meta=meta)
+    plan = None if pr.multi_criteria else run_plan(exp, lm, plan)
+    engine = engine or judge_engine(exp, lm, plan=plan)
+    if exp.rows is not None:  # pairwise / listwise: the candidate table
+        run = CandidateRun(lm, exp.rows, exp.rubric, exp.option_orders, paradigm=pr.paradigm, template=exp.template,
+                           engine=engine, out=exp.table_path, progress=progress, meta=dict(meta, pairs=pr.pairs),
+                           request_plan=plan)
+    else:
+        run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
+                  template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,
+                  max_continuations=pr.max_continuations, progress=progress, meta=meta, request_plan=plan)
     if exp.spec.dump_prompts:
-        dump_prompts(lm, exp.items, exp.rubric, exp.option_orders, run.template, exp.spec.dump_prompts,
-                     criterion_orders=exp.criterion_orders)
-    return run.execute()
-
-
-def _score_rows(exp: Experiment, lm, engine, meta: dict, progress: bool) -> ScoreTable:
-    """A pairwise or listwise experiment's candidate table (:class:`logitjudge.paradigm_run.CandidateRun`)."""
-    from .paradigm_run import CandidateRun
-    from .requests import dump_candidate_prompts
-
-    pr = exp.spec.prompts
-    meta = dict(meta, pairs=pr.pairs)
-    run = CandidateRun(lm, exp.rows, exp.rubric, exp.option_orders, paradigm=pr.paradigm, template=exp.template,
-                       engine=engine, out=exp.table_path, progress=progress, meta=meta)
-    if exp.spec.dump_prompts:
-        dump_candidate_prompts(lm, exp.rows, exp.rubric, exp.option_orders, run.template, exp.spec.dump_prompts,
-                               paradigm=pr.paradigm)
+        dump = run.request_plan
+        if pr.multi_criteria:  # each ordering's first slot
+            orders = run.option_orders
+            dump = RequestPlan(lm, run.template, exp.rubric, exp.items, orders, requests=lambda i: first_requests(
+                exp.rubric, exp.items[i], orders_of(orders, i), exp.criterion_orders))
+        dump_prompts(dump, exp.spec.dump_prompts)
     return run.execute()
 
 
@@ -350,19 +376,15 @@ def run_experiment(spec_path_or_dict, *, data_dir=None, out=None, lm=None, progr
     analysis dict)}`` and, probing, ``"probe_report"``.
     """
     spec_file = spec_path_or_dict if isinstance(spec_path_or_dict, (str, Path)) else None
-    exp = prepare(with_overrides(load_spec(spec_path_or_dict), overrides), data_dir=data_dir, out=out, force=force,
-                  spec_file=spec_file)
-    probing = probe_settings(exp) is not None
-    preflight(exp, lm)  # a preloaded judge: its own tokenizer and config, checked before any item is scored
-    if lm is None:
-        lm = load_judge(exp.spec)
-    engine = judge_engine(exp, lm)
-    table = score_experiment(exp, lm, engine=engine, progress=progress)
+    run = open_experiment(with_overrides(load_spec(spec_path_or_dict), overrides), lm=lm, data_dir=data_dir,
+                          out=out, force=force, spec_file=spec_file)
+    exp = run.exp
+    table = run.score(progress=progress)
     results = analyze_experiment(exp, table)
     folder = write_experiment_report(exp, table, results)
     out = {"verdict": results["verdict"], "report": str(folder), "results": results}
-    if probing:
-        out["probe_report"] = str(probe_experiment(exp, lm, engine=engine, progress=progress)[1])
+    if probe_settings(exp) is not None:
+        out["probe_report"] = str(run.probe(progress=progress)[1])
     return out
 
 
@@ -413,13 +435,14 @@ def probe_settings(exp: Experiment) -> dict | None:
             "kinds": kinds, "hidden_layers": p.layers}
 
 
-def probe_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True):
+def probe_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True, plan=None):
     """Probe the spec's items (a run spec: the first ``[probe] limit`` scored items) into the probe table
     (resumable, :class:`logitjudge.run.ProbeRun`) and write the probe page (a run spec: ``<out>/probe/``; the
     probe command: ``--report``). Returns (ProbeTable, the page or None). Without ``engine`` (the probe command)
-    the engine is made and audited here and the ``dump_prompts`` JSONL of the probed prompts is written."""
+    the engine is made and audited here (on ``plan``, the preflight's request plan) and the ``dump_prompts``
+    JSONL of the probed prompts is written."""
     from .report.probe import write_probe_report
-    from .requests import dump_prompts
+    from .requests import RequestPlan, dump_prompts
     from .rubric import Rubric
     from .run import ProbeRun
 
@@ -429,11 +452,11 @@ def probe_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True)
     limit = exp.spec.probe.limit
     items, orders = exp.items[:limit], exp.option_orders[:limit] if exp.option_orders.ndim == 3 else exp.option_orders
     if engine is None:
-        engine = judge_engine(exp, lm)
+        engine = judge_engine(exp, lm, plan=plan)
         if exp.spec.dump_prompts:
             crit = exp.rubric.criteria[settings["criterion"]]
-            dump_prompts(lm, items, Rubric((crit,), exp.rubric.instructions, exp.rubric.name), orders, exp.template,
-                         exp.spec.dump_prompts)
+            one = Rubric((crit,), exp.rubric.instructions, exp.rubric.name)
+            dump_prompts(RequestPlan(lm, exp.template, one, items, orders), exp.spec.dump_prompts)
     od = exp.spec.orderings
     meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed}
     table = ProbeRun(lm, items, exp.rubric, orders, template=exp.template, engine=engine, out=exp.probe_path,

@@ -1,7 +1,7 @@
 """Pairwise and listwise runs on the rails of :class:`~logitjudge.run.Run`: the rows of
 :mod:`logitjudge.candidates` scored like items.
 
-A row's prompts (one per criterion and ordering, :func:`logitjudge.requests.row_prompts`) are planned and
+A row's prompts (one per criterion and ordering, :func:`logitjudge.requests.candidate_requests`) are planned and
 scored by the rubric's batches (:meth:`Run.batches`, :func:`logitjudge.steps.score_batch`); the rows of one group
 in a batch run as one token trie, so the instructions and the group's context (a source article, a question)
 are computed once for all its pairs. Checkpoint, resume, progress, meta and the atomic save are the Run's; the
@@ -15,8 +15,8 @@ import numpy as np
 from .candidates import POINTWISE, Row, candidate_ids, check_paradigm
 from .engine import Engine
 from .orderings import validate
-from .prompts import load_template
-from .requests import default_template, orders_of, row_prompts
+from .prompts import default_template, load_template
+from .requests import RequestPlan
 from .run import Run, RunError, run_fingerprint, run_meta
 from .table import ScoreTable
 
@@ -32,7 +32,8 @@ class CandidateRun(Run):
     candidates ((K, n) shared or (rows, K, n); n = m, plus 1 for a pairwise tie label)."""
 
     def __init__(self, lm, rows: list[Row], rubric, option_orders, *, paradigm: str, template=None,
-                 engine: Engine | None = None, out=None, progress: bool = True, meta: dict | None = None):
+                 engine: Engine | None = None, out=None, progress: bool = True, meta: dict | None = None,
+                 request_plan: RequestPlan | None = None):
         if check_paradigm(paradigm) == POINTWISE:
             raise RunError("a pointwise run scores items: use Run")
         if not rows:
@@ -51,17 +52,13 @@ class CandidateRun(Run):
         self.lm, self.rubric, self.items = lm, rubric, [r.item for r in rows]
         self.engine = engine or Engine(lm)
         self.out, self.progress, self.meta = out, progress, dict(meta or {})
-        self._encoded: dict[int, list] = {}  # as Run._setup: the windows plan() encoded, for batches()
+        self.request_plan = self._request_plan(request_plan, self.rows)
         self.criterion_orders = np.tile(np.arange(rubric.n_criteria), (self.option_orders.shape[-2], 1))
         by_id = {c.id: c for r in rows for c in r.candidates}
         extra = {"mode": paradigm, "rows": [[r.id, r.group, r.candidate_ids] for r in rows],
                  "token_budget": self.engine.token_budget, "prefix_mode": self.engine.prefix_mode}
         self.fingerprint = run_fingerprint(lm, rubric, [by_id[i] for i in candidate_ids(rows)], self.option_orders,
                                            self.template, extra)
-
-    def item_prompts(self, i: int):
-        """Row ``i``'s prompts, criterion-major (c * K + k)."""
-        return row_prompts(self.lm, self.rubric, self.rows[i], orders_of(self.option_orders, i), self.template)
 
     def trie_keys(self, idx: list[int]) -> list:
         """The rows of one group in a batch run as one token trie: the instructions and the group's context once
@@ -81,16 +78,3 @@ class CandidateRun(Run):
                           self.option_orders, self.criterion_orders, np.tile(values, (self.rubric.n_criteria, 1)),
                           [r.id for r in self.rows], [c.name for c in self.rubric.criteria],
                           [r.group for r in self.rows], meta)
-
-
-def audit_rows(engine, lm, rows: list[Row], rubric, option_orders, template, n: int | None, *, rng=0,
-               tol: float | None = None):
-    """The exactness audit before a candidate run (:func:`logitjudge.verify.audit_prompts` on its rows): ``n``
-    prompts drawn from up to ``n`` random rows, against the plain forward; the result goes into
-    ``engine.mode_meta``."""
-    from .verify import audit_prompts
-
-    template, orders = load_template(template), np.asarray(option_orders)
-    return audit_prompts(engine, len(rows),
-                         lambda i: row_prompts(lm, rubric, rows[i], orders_of(orders, i), template), n, rng=rng,
-                         tol=tol)

@@ -12,7 +12,7 @@ import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .candidates import LETTERS, PARADIGMS
+from .candidates import LETTERS, PARADIGMS, POINTWISE
 from .errors import LogitJudgeError
 from .rubric import Criterion, Rubric
 from .tomlfile import read_toml
@@ -181,6 +181,13 @@ def builtin_template(name: str) -> Template:
     return Template.load(p)
 
 
+def default_template(multi: bool, paradigm: str = POINTWISE) -> str:
+    """The built-in template a run uses when none is given (pairwise and listwise: the template of that name)."""
+    if paradigm != POINTWISE:
+        return paradigm
+    return "multi-criteria" if multi else "text-first"
+
+
 def load_template(spec: str | Path | Template | None) -> Template:
     if spec is None:
         return builtin_template("text-first")
@@ -188,6 +195,12 @@ def load_template(spec: str | Path | Template | None) -> Template:
         return spec
     s = str(spec)
     return Template.load(s) if s.endswith(".toml") or Path(s).exists() else builtin_template(s)
+
+
+def shows_descriptions(template: Template) -> bool:
+    """A pointwise template's prompts show the rubric's descriptions, so an empty one is refused (the preflight
+    checks it before the model loads, the run again)."""
+    return template.needs_descriptions and "{description}" in template.option_line
 
 
 def uses_chat(template: Template, tokenizer) -> bool:
@@ -227,6 +240,14 @@ class EncodedPrompt:
     continuation_ids: tuple[tuple[int, ...], ...]
     prompt_text: str  # the prompt exactly as tokenized (its tail may have moved into the continuations)
     continuations: tuple[str, ...]
+
+
+def check_length(prompt_ids, continuation_ids, max_length: int, where: str) -> None:
+    """Refuse a prompt whose longest label continuation ends past the model's context."""
+    longest = len(prompt_ids) + max(len(c) for c in continuation_ids)
+    if longest > max_length:
+        raise PromptError(f"{where}: the prompt is {longest} tokens long but the model's context is "
+                          f"{max_length} tokens; shorten the text or use a model with a longer context")
 
 
 def _encode(tokenizer, text: str, add_special: bool):
@@ -270,9 +291,6 @@ def encode_prompt(tokenizer, prompt: str, continuations: list[str], *, add_speci
                     f"{continuations[j]!r}, so its probability is not that of a distinct answer; give the "
                     "template a terminator (e.g. terminator = \"]]\" with answer prefix \"[[\", or \"\\n\")")
     if max_length is not None:
-        longest = len(prompt_ids) + max(len(c) for c in conts)
-        if longest > max_length:
-            raise PromptError(f"{where}: the prompt is {longest} tokens long but the model's context is "
-                              f"{max_length} tokens; shorten the text or use a model with a longer context")
+        check_length(prompt_ids, conts, max_length, where)
     tail = prompt[cut:]
     return EncodedPrompt(prompt_ids, conts, prompt[:cut], tuple(tail + c for c in continuations))

@@ -183,12 +183,11 @@ def _write_json(res, path: Path) -> None:
 
 
 def _score_first(args) -> str:
-    from .experiment import load_judge, preflight, prepare, score_experiment
+    from .experiment import open_experiment
     from .spec import from_flags
 
     if not args.out:
         raise RankUsageError("without TABLE, rank scores first: give --out TABLE.npz (and --texts or --dataset)")
-    exp = prepare(from_flags(args), force=args.force)  # everything but the model is checked here
-    preflight(exp)
-    score_experiment(exp, load_judge(exp.spec), progress=not args.quiet)
-    return str(exp.table_path)
+    run = open_experiment(from_flags(args), force=args.force)  # everything but the weights is checked here
+    run.score(progress=not args.quiet)
+    return str(run.exp.table_path)

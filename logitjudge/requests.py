@@ -12,8 +12,11 @@ rows (:func:`orders_of`).
 
 Pairwise and listwise prompts are the same requests on a candidate rubric (:func:`candidate_rubric`): the
 options are a row's candidates (:mod:`logitjudge.candidates`), each labelled by the letter of the slot it is
-shown at, so one request per (criterion, ordering) of a row, rendered, encoded and dumped by the functions
-below.
+shown at. A request carries what it shows (its row and candidate rubric), so one request per (criterion,
+ordering) of an item or a row, rendered, encoded and dumped by the same functions below.
+
+A run's prompts are one :class:`RequestPlan`: every unit's requests, each encoded once when first read and kept
+for the next reader (the preflight, the audit, the dump, the run's count and its steps) within a memory bound.
 """
 
 from __future__ import annotations
@@ -24,17 +27,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .candidates import LETTERS, POINTWISE, Row
+from .candidates import LETTERS, Row
 from .items import Item
-from .orderings import inverse, validate
-from .prompts import EncodedPrompt, PromptError, Template, encode_prompt, uses_chat, wrap_chat
+from .orderings import inverse
+from .prompts import EncodedPrompt, PromptError, Template, check_length, encode_prompt, uses_chat, wrap_chat
 from .rubric import Criterion, Rubric, ScoreOption
 
 
 @dataclass(frozen=True)
 class Request:
     """One prompt: ``item`` under ``option_order``, showing ``criterion_order``, asking the criterion at slot
-    ``len(answers)``. ``slots``: the multi-criteria answer layout; ``ordering``: the ordering's index k."""
+    ``len(answers)``. ``slots``: the multi-criteria answer layout; ``ordering``: the ordering's index k. A
+    pairwise / listwise request also carries its ``row`` and the candidate rubric it ``shows`` (its one
+    criterion; ``option_order`` then holds the whole order, the tie label's slot too)."""
 
     item: Item
     option_order: tuple[int, ...]
@@ -42,18 +47,13 @@ class Request:
     answers: tuple[str, ...] = ()
     slots: bool = False
     ordering: int = 0
+    row: Row | None = None
+    shows: Rubric | None = None
 
     @property
     def criterion(self) -> int:
         """The canonical index of the asked criterion."""
         return self.criterion_order[len(self.answers)]
-
-
-def default_template(multi: bool, paradigm: str = POINTWISE) -> str:
-    """The built-in template a run uses when none is given (pairwise and listwise: the template of that name)."""
-    if paradigm != POINTWISE:
-        return paradigm
-    return "multi-criteria" if multi else "text-first"
 
 
 def single_requests(rubric: Rubric, item: Item, option_orders) -> list[Request]:
@@ -68,15 +68,25 @@ def slot_request(item: Item, option_order, criterion_order, answers=(), ordering
                    ordering)
 
 
+def unit_requests(rubric: Rubric, unit: Item | Row, option_orders, tie_label: str = "") -> list[Request]:
+    """Every single-criterion request of an item, or every request of a candidate row (:func:`candidate_requests`),
+    criterion-major: index c * K + k."""
+    if isinstance(unit, Row):
+        return candidate_requests(rubric, unit, option_orders, tie_label)
+    return single_requests(rubric, unit, option_orders)
+
+
 def render(template: Template, tokenizer, rubric: Rubric, req: Request) -> str:
     """The prompt text of a request, up to where the asked label starts."""
+    rubric = req.shows or rubric
     asked = rubric.criteria[req.criterion]
     if req.slots:
         body = template.render_body(rubric, req.item.text, req.item.context, req.option_order, req.criterion_order)
         prefix = template.answer_prefix.format(name="")
     else:
         shown = Rubric((asked,), rubric.instructions, rubric.name)
-        body = template.render_body(shown, req.item.text, req.item.context, req.option_order)
+        order = req.option_order[:len(req.row.candidates)] if req.row else req.option_order  # the tie: not listed
+        body = template.render_body(shown, req.item.text, req.item.context, order)
         prefix = template.answer_prefix.format(name=asked.name)
     head = wrap_chat(tokenizer, body, prefix) if uses_chat(template, tokenizer) else body + prefix
     if not req.slots:
@@ -87,28 +97,114 @@ def render(template: Template, tokenizer, rubric: Rubric, req: Request) -> str:
     return head + template.slot_line.format(name=asked.name)
 
 
+def where(rubric: Rubric, req: Request) -> str:
+    """How an error names a request's prompt."""
+    asked = (req.shows or rubric).criteria[req.criterion]
+    if req.row is not None:
+        return f"row {req.row.id!r}, criterion {asked.name!r}, ordering {req.ordering}"
+    if req.slots:
+        return f"item {req.item.id!r}, slot {len(req.answers)} ({asked.name})"
+    return f"item {req.item.id!r}, criterion {asked.name!r}, ordering {req.ordering}"
+
+
 def encode(lm, template: Template, rubric: Rubric, req: Request) -> EncodedPrompt:
-    """The request's prompt tokens and each option's continuation tokens (the exact label boundary)."""
-    item, asked = req.item, rubric.criteria[req.criterion]
-    if not isinstance(item.text, str) or not item.text.strip():
-        raise PromptError(f"item {item.id!r}: the text is empty")
-    where = (f"item {item.id!r}, slot {len(req.answers)} ({asked.name})" if req.slots
-             else f"item {item.id!r}, criterion {asked.name!r}, ordering {req.ordering}")
+    """The request's prompt tokens and each option's continuation tokens (the exact label boundary; canonical
+    option order: a row's candidates, the tie last)."""
+    texts = [(c, f"item {c.id!r} (a candidate of {req.row.id!r})") for c in req.row.candidates] if req.row else \
+        [(req.item, f"item {req.item.id!r}")]
+    for it, name in texts:
+        if not isinstance(it.text, str) or not it.text.strip():
+            raise PromptError(f"{name}: the text is empty")
+    asked = (req.shows or rubric).criteria[req.criterion]
     prompt = render(template, lm.tokenizer, rubric, req)
     return encode_prompt(lm.tokenizer, prompt, [template.continuation(o.label) for o in asked.options],
                          add_special_tokens=not uses_chat(template, lm.tokenizer), max_length=lm.max_length,
-                         where=where)
+                         where=where(rubric, req))
 
 
-def item_prompts(lm, rubric: Rubric, item: Item, option_orders, template: Template) -> list[EncodedPrompt]:
-    """Single-criterion prompts of one item, criterion-major: index c * K + k."""
-    return [encode(lm, template, rubric, r) for r in single_requests(rubric, item, option_orders)]
+def item_prompts(lm, rubric: Rubric, unit: Item | Row, option_orders, template: Template) -> list[EncodedPrompt]:
+    """The prompts of one item (single-criterion) or candidate row, criterion-major: index c * K + k."""
+    return [encode(lm, template, rubric, r) for r in unit_requests(rubric, unit, option_orders, template.tie_label)]
 
 
 # ---- option orders: shared (K, n) or per item (I, K, n) -----------------------------------------------------
 def orders_of(option_orders: np.ndarray, i: int) -> np.ndarray:
     """The (K, n) option orders of item ``i``."""
     return option_orders[i] if option_orders.ndim == 3 else option_orders
+
+
+# ---- a run's prompts, encoded once ------------------------------------------------------------------------
+# prompt tokens a plan keeps for its next reader (about 40 bytes a token): a run of that size encodes each prompt
+# once; past it, a prompt read again (the run's count, then its steps) is encoded again
+KEEP_ENCODED = 2_000_000
+
+
+@dataclass(frozen=True)
+class Tokenizes:
+    """What :func:`encode` needs of a judge before its weights load: its tokenizer (no context limit: a plan
+    checks the length when it is read, :meth:`RequestPlan.prompt`)."""
+
+    tokenizer: object
+    max_length: int | None = None
+
+
+class RequestPlan:
+    """Every prompt of a run: ``units`` (items, or the candidate rows of a pairwise / listwise run) under
+    ``option_orders`` ((K, n) shared or (units, K, n)), each unit's requests criterion-major (c * K + k;
+    ``requests``: another list per unit, e.g. the multi-criteria dump's first slots).
+
+    Lazy: a prompt is rendered and encoded (with ``lm``'s tokenizer) when first read, and kept for the next
+    reader while the kept prompts hold at most :data:`KEEP_ENCODED` tokens; a reader that is a prompt's last (the
+    run's steps) takes it out. ``max_length``: the judge's context, checked on each read that asks for it."""
+
+    def __init__(self, lm, template: Template, rubric: Rubric, units, option_orders, *, max_length=None,
+                 requests=None):
+        self.tokenizer, self.template, self.rubric = lm.tokenizer, template, rubric
+        self.units, self.option_orders = list(units), np.asarray(option_orders)
+        self.max_length = lm.max_length if max_length is None else max_length
+        self._requests = requests or self._unit_requests
+        self._last: tuple = (None, [])  # the requests of the unit read last
+        self._kept: dict[tuple[int, int], EncodedPrompt] = {}
+        self._tokens = 0
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def _unit_requests(self, i: int) -> list[Request]:
+        return unit_requests(self.rubric, self.units[i], orders_of(self.option_orders, i), self.template.tie_label)
+
+    def requests(self, i: int) -> list[Request]:
+        """Unit ``i``'s requests (no encoding)."""
+        if self._last[0] != i:
+            self._last = (i, self._requests(i))
+        return self._last[1]
+
+    def prompt(self, i: int, j: int, *, keep: bool = True, check: bool = True) -> EncodedPrompt:
+        """Request ``j`` of unit ``i``, encoded: the kept one, else encoded now (and kept while the bound allows,
+        unless ``keep`` is False: then it is taken out). ``check``: refuse a prompt past ``max_length``."""
+        ep = self._kept.get((i, j)) if keep else self._kept.pop((i, j), None)
+        if ep is None:
+            ep = encode(Tokenizes(self.tokenizer), self.template, self.rubric, self.requests(i)[j])
+            if keep and self._tokens + len(ep.prompt_ids) <= KEEP_ENCODED:
+                self._kept[(i, j)] = ep
+                self._tokens += len(ep.prompt_ids)
+        elif not keep:
+            self._tokens -= len(ep.prompt_ids)
+        if check and self.max_length is not None and \
+                len(ep.prompt_ids) + max(map(len, ep.continuation_ids)) > self.max_length:
+            check_length(ep.prompt_ids, ep.continuation_ids, self.max_length, where(self.rubric, self.requests(i)[j]))
+        return ep
+
+    def prompts(self, i: int, *, keep: bool = True) -> list[EncodedPrompt]:
+        """Every prompt of unit ``i``, in its requests' order (:meth:`prompt`)."""
+        return [self.prompt(i, j, keep=keep) for j in range(len(self.requests(i)))]
+
+    def fits(self, units, rubric: Rubric, option_orders, template: Template) -> bool:
+        """Whether this plan holds the prompts of these settings (a run takes a plan made before it only then)."""
+        orders = np.asarray(option_orders)
+        return (self.rubric == rubric and self.template == template and len(units) == len(self.units)
+                and all(a is b for a, b in zip(units, self.units)) and orders.shape == self.option_orders.shape
+                and bool((orders == self.option_orders).all()))
 
 
 # ---- the audit dump ---------------------------------------------------------------------------------------
@@ -120,30 +216,33 @@ def first_requests(rubric: Rubric, item: Item, option_orders, criterion_orders=N
 
 
 def dump_record(template: Template, rubric: Rubric, req: Request, ep: EncodedPrompt, *, chat: bool) -> dict:
-    """One prompt of the dump; ``chat``: whether it went through the judge's chat template (:func:`uses_chat`)."""
-    asked = rubric.criteria[req.criterion]
+    """One prompt of the dump; ``chat``: whether it went through the judge's chat template (:func:`uses_chat`).
+    A candidate request's record adds ``paradigm`` and ``candidates`` (the item ids, canonical order)."""
+    asked = (req.shows or rubric).criteria[req.criterion]
     rec = {"item_id": req.item.id, "criterion": asked.name, "ordering": req.ordering,
            "option_order": list(req.option_order), "prompt": ep.prompt_text, "prompt_tokens": len(ep.prompt_ids),
            "add_special_tokens": not chat, "chat": chat, "continuations": list(ep.continuations),
            "labels": asked.labels}
     if req.slots:
         rec.update(criterion_order=[rubric.criteria[c].name for c in req.criterion_order], slot=len(req.answers))
+    if req.row is not None:
+        rec.update(paradigm=template.paradigm, candidates=req.row.candidate_ids)
     return rec
 
 
-def dump_prompts(lm, items: list[Item], rubric: Rubric, option_orders, template: Template, path,
-                 *, criterion_orders=None) -> Path:
-    """JSONL, one line per prompt (multi-criteria: each ordering's first slot; later slots extend it with the
-    answers written before them): the prompt exactly as tokenized, its token count, and each option's
+def dump_prompts(plan: RequestPlan, path) -> Path:
+    """JSONL, one line per prompt of the plan (multi-criteria: each ordering's first slot; later slots extend it
+    with the answers written before them): the prompt exactly as tokenized, its token count, and each option's
     continuation string (label + terminator, plus any prompt tail that tokenizes together with the label), so
-    anyone can audit the numbers with a plain forward pass."""
-    orders = validate(option_orders, rubric.n_options, per_item=True, n_items=len(items))
-    p, chat = Path(path), uses_chat(template, lm.tokenizer)
+    anyone can audit the numbers with a plain forward pass. A pairwise or listwise plan's records: ``item_id`` is
+    the row's id, ``labels`` each candidate's letter in canonical order (the tie last), ``option_order`` the
+    candidate at each slot."""
+    p, chat = Path(path), uses_chat(plan.template, plan.tokenizer)
     p.parent.mkdir(parents=True, exist_ok=True)
     with p.open("w", encoding="utf-8") as f:
-        for i, it in enumerate(items):
-            for req in first_requests(rubric, it, orders_of(orders, i), criterion_orders):
-                rec = dump_record(template, rubric, req, encode(lm, template, rubric, req), chat=chat)
+        for i in range(len(plan)):
+            for j, req in enumerate(plan.requests(i)):
+                rec = dump_record(plan.template, plan.rubric, req, plan.prompt(i, j), chat=chat)
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return p
 
@@ -162,9 +261,9 @@ def candidate_rubric(criterion: Criterion, row: Row, order, *, tie_label: str = 
     return Rubric((Criterion(criterion.name, tuple(opts), criterion.description),), instructions, name)
 
 
-def candidate_requests(rubric: Rubric, row: Row, option_orders, tie_label: str = "") -> list[tuple]:
-    """(candidate rubric, request) per (criterion, ordering) of a row, criterion-major: index c * K + k. The
-    request shows the candidate slots only (the tie label, last in every order, is not listed)."""
+def candidate_requests(rubric: Rubric, row: Row, option_orders, tie_label: str = "") -> list[Request]:
+    """One request per (criterion, ordering) of a row, criterion-major: index c * K + k, showing its candidate
+    rubric (the candidate slots are listed; the tie label, last in every order, is not)."""
     m = len(row.candidates)
     out = []
     for crit in rubric.criteria:
@@ -174,42 +273,5 @@ def candidate_requests(rubric: Rubric, row: Row, option_orders, tie_label: str =
                 raise PromptError(f"row {row.id!r}, ordering {k}: the tie label must stay last, got order {order}")
             crub = candidate_rubric(crit, row, order, tie_label=tie_label, instructions=rubric.instructions,
                                     name=rubric.name)
-            out.append((crub, Request(row.item, order[:m], (0,), ordering=k)))
+            out.append(Request(row.item, order, (0,), ordering=k, row=row, shows=crub))
     return out
-
-
-def encode_candidates(lm, template: Template, crub: Rubric, req: Request, row: Row) -> EncodedPrompt:
-    """A candidate request's prompt tokens and each label's continuation tokens (canonical candidate order, the
-    tie last): :func:`render` and the exact label boundary of rubric prompts."""
-    for cand in row.candidates:
-        if not isinstance(cand.text, str) or not cand.text.strip():
-            raise PromptError(f"item {cand.id!r} (a candidate of {row.id!r}): the text is empty")
-    where = f"row {row.id!r}, criterion {crub.criteria[0].name!r}, ordering {req.ordering}"
-    prompt = render(template, lm.tokenizer, crub, req)
-    return encode_prompt(lm.tokenizer, prompt, [template.continuation(lab) for lab in crub.criteria[0].labels],
-                         add_special_tokens=not uses_chat(template, lm.tokenizer), max_length=lm.max_length,
-                         where=where)
-
-
-def row_prompts(lm, rubric: Rubric, row: Row, option_orders, template: Template) -> list[EncodedPrompt]:
-    """Every prompt of one candidate row, criterion-major: index c * K + k (as :func:`item_prompts`)."""
-    return [encode_candidates(lm, template, crub, req, row)
-            for crub, req in candidate_requests(rubric, row, option_orders, template.tie_label)]
-
-
-def dump_candidate_prompts(lm, rows: list[Row], rubric: Rubric, option_orders, template: Template, path,
-                           *, paradigm: str) -> Path:
-    """The ``--dump-prompts`` JSONL of a pairwise or listwise run: the records of :func:`dump_prompts` (``item_id``
-    is the row's id, ``labels`` each candidate's letter in canonical order, the tie last; ``option_order`` the
-    candidate at each slot) plus ``paradigm`` and ``candidates`` (the item ids, canonical order)."""
-    orders = validate(option_orders, per_item=True, n_items=len(rows))
-    p, chat = Path(path), uses_chat(template, lm.tokenizer)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("w", encoding="utf-8") as f:
-        for i, row in enumerate(rows):
-            for crub, req in candidate_requests(rubric, row, orders_of(orders, i), template.tie_label):
-                rec = dump_record(template, crub, req, encode_candidates(lm, template, crub, req, row), chat=chat)
-                rec.update(paradigm=paradigm, candidates=row.candidate_ids,
-                           option_order=[int(x) for x in orders_of(orders, i)[req.ordering]])
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    return p

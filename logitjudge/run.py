@@ -9,6 +9,9 @@ checkpointed as one record, so a resumed run forms exactly the batches of an uni
 equal bit for bit. Under torchrun every rank runs its share with its own checkpoint; rank 0 writes the gathered
 table.
 
+A run's prompts are one :class:`~logitjudge.requests.RequestPlan` (given, e.g. the preflight's, or made here):
+each prompt is encoded once, when first read, and kept for the run's later readers within its memory bound.
+
 Progress (:mod:`logitjudge.progress`): before the first forward a run counts what it will do from its planned
 prompts (the batches' engine jobs, whose trie tokens the engine counts without the model), prints one line, and
 hands the engine a callback that moves the bar after every forward call. An interrupt (Ctrl-C, SIGTERM) leaves
@@ -37,8 +40,8 @@ from .probe.prompts import probe_prompts
 from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
 from .probe.table import ProbeTable
 from .progress import Interrupted, Plan, Progress
-from .prompts import chat_meta, load_template
-from .requests import default_template, item_prompts, orders_of
+from .prompts import chat_meta, default_template, load_template, shows_descriptions
+from .requests import RequestPlan, orders_of
 from .steps import (
     SLOT_FUNCTIONS,
     SLOT_JOBS,
@@ -53,11 +56,6 @@ from .table import ScoreTable, TableError, bad_distributions
 
 log = logging.getLogger(__name__)
 
-# prompt tokens of encoded windows that counting the plan keeps for the run (about 40 bytes a token): a run of
-# that size encodes its prompts once; past it, the further windows are encoded again when they run
-KEEP_ENCODED = 2_000_000
-
-
 def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | None = None) -> str:
     """Identifies the scores: model, rubric, template, orderings, texts and the settings in ``extra``."""
     h = hashlib.sha256()
@@ -68,12 +66,6 @@ def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | No
     for it in items:
         h.update(json.dumps([it.id, it.text, it.context]).encode())
     return h.hexdigest()[:16]
-
-
-def shows_descriptions(template) -> bool:
-    """A pointwise template's prompts show the rubric's descriptions, so an empty one is refused (the preflight
-    checks it before the model loads, the run again)."""
-    return template.needs_descriptions and "{description}" in template.option_line
 
 
 class RunError(LogitJudgeError, ValueError):
@@ -96,9 +88,11 @@ class Run:
     """Score ``items`` under ``rubric``: single-criterion, or with ``criterion_orders`` (aligned with the option
     orders, K rows each) all criteria in one prompt, read slot by slot (``slots``: greedy | marginal).
 
-    ``option_orders``: (K, n) shared by every item, or (I, K, n) per item. Everything is checked here, before
-    any prompt runs. The rails (:meth:`execute`) serve every run; a subclass sets what a step computes
-    (:meth:`batches`), how an item's record is checkpointed (``codec``) and how the table is made (:meth:`table`).
+    ``option_orders``: (K, n) shared by every item, or (I, K, n) per item. ``request_plan``: the prompts'
+    :class:`~logitjudge.requests.RequestPlan` made before the run (used when it holds these settings and the
+    judge's tokenizer; else one is made here). Everything is checked here, before any prompt runs. The rails
+    (:meth:`execute`) serve every run; a subclass sets what a step computes (:meth:`batches`), how an item's
+    record is checkpointed (``codec``) and how the table is made (:meth:`table`).
     """
 
     label = "scoring"  # the progress bar's
@@ -107,10 +101,11 @@ class Run:
 
     def __init__(self, lm, items, rubric, option_orders=None, *, criterion_orders=None, template=None,
                  engine: Engine | None = None, out=None, slots: str = "greedy", max_continuations: int = 20000,
-                 progress: bool = True, meta: dict | None = None):
+                 progress: bool = True, meta: dict | None = None, request_plan: RequestPlan | None = None):
         self.multi = criterion_orders is not None
         self._setup(lm, items, rubric, option_orders, template or default_template(self.multi), engine, out,
                     progress, meta)
+        self.request_plan = self._request_plan(request_plan, self.items)
         K = self.option_orders.shape[-2]
         extra = {"mode": "single"}
         if self.multi:
@@ -141,7 +136,16 @@ class Run:
         self.lm, self.items, self.rubric = lm, list(items), rubric
         self.engine = engine or Engine(lm)
         self.out, self.progress, self.meta = out, progress, dict(meta or {})
-        self._encoded: dict[int, list] = {}  # window start -> its items' prompts, encoded by plan(), for batches()
+
+    def _request_plan(self, given: RequestPlan | None, units: list) -> RequestPlan:
+        """``given`` when it holds this run's prompts, encoded by the judge's own tokenizer (then held to the
+        judge's context), else a plan made here."""
+        if given is not None and given.tokenizer is self.lm.tokenizer and given.fits(units, self.rubric,
+                                                                                     self.option_orders,
+                                                                                     self.template):
+            given.max_length = self.lm.max_length
+            return given
+        return RequestPlan(self.lm, self.template, self.rubric, units, self.option_orders)
 
     def check_record(self, item_id: str, record) -> str | None:
         """Why a checkpoint record read back does not fit this run (None: it does): an item the run does not
@@ -161,8 +165,8 @@ class Run:
     # ---- the plan --------------------------------------------------------------------------------------------
     def batches(self, owned: list[int], done: dict, *, keep: bool = False):
         """The :class:`Batch` es not yet done, in the plan's order: windows of the owned items, batched by length
-        within each window (single-criterion) or one item per batch (multi-criteria). ``keep``: hold the encoded
-        windows (up to :data:`KEEP_ENCODED` tokens) for the next pass, which takes them instead of encoding."""
+        within each window (single-criterion) or one item per batch (multi-criteria). ``keep``: leave the prompts
+        read in the request plan for the next pass (within its bound); else this pass is their last reader."""
         K, C = self.option_orders.shape[-2], self.rubric.n_criteria
         for w in range(0, len(owned), WINDOW):
             window = owned[w:w + WINDOW]
@@ -175,11 +179,7 @@ class Run:
                             self.lm, self.template, self.rubric, self.items[i], orders_of(self.option_orders, i),
                             self.criterion_orders))
                 continue
-            prompts = self._encoded.pop(w, None) or [self.item_prompts(i) for i in window]
-            if keep:
-                size = sum(len(p.prompt_ids) for g in prompts for p in g)
-                if self._kept + size <= KEEP_ENCODED:
-                    self._encoded[w], self._kept = prompts, self._kept + size
+            prompts = [self.request_plan.prompts(i, keep=keep) for i in window]
             for batch in plan_batches(prompts, self.engine.token_budget):
                 if any(self.items[window[b]].id not in done for b in batch):
                     ps, keys = [prompts[b] for b in batch], self.trie_keys([window[b] for b in batch])
@@ -189,8 +189,9 @@ class Run:
                                 sum(len(p) for p in ps), lambda ps=ps, keys=keys: batch_jobs(ps, keys))
 
     def item_prompts(self, i: int) -> list:
-        """Item ``i``'s single-criterion prompts, criterion-major (c * K + k)."""
-        return item_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i), self.template)
+        """Item ``i``'s prompts (a candidate run: row ``i``'s), criterion-major (c * K + k), from the request
+        plan."""
+        return self.request_plan.prompts(i)
 
     def trie_keys(self, idx: list[int]) -> list | None:
         """Which items of a batch run as one token trie (:func:`logitjudge.steps.trie_groups`); None: each item
@@ -199,9 +200,8 @@ class Run:
 
     def plan(self, owned: list[int], ckpt: Checkpoint) -> Plan:
         """What the run still has to do, counted from its batches' prompts without the model (the start line
-        and the bar's total). The encoded prompts are kept for the run (up to :data:`KEEP_ENCODED` tokens)."""
+        and the bar's total). The encoded prompts stay in the request plan for the run (within its bound)."""
         prompts = batches = tokens = 0
-        self._encoded, self._kept = {}, 0
         for b in self.batches(owned, ckpt.done, keep=True):
             batches += 1
             prompts += b.prompts
@@ -314,6 +314,56 @@ class Run:
                           self.option_orders, self.criterion_orders, np.array([c.values for c in rubric.criteria]),
                           [it.id for it in items], [c.name for c in rubric.criteria],
                           [it.group for it in items] if any(it.group for it in items) else None, meta)
+
+
+class GroupedRun(Run):
+    """A pointwise run whose items of one ``group`` (else each item alone) run as one token trie: best-of-N
+    candidates (or an RL policy's completions) answering one prompt are scored with the prompt (the items'
+    ``context``) computed once. The trie merges only identical token prefixes, so every number is the per-item
+    run's up to fp32 reassociation (a batch split); the parity test against the plain forward is in
+    ``tests/test_reward.py``."""
+
+    def trie_keys(self, idx: list[int]) -> list:
+        return [self.items[i].group or f"\0{self.items[i].id}" for i in idx]
+
+
+def score(lm, items, rubric, option_orders=None, *, template=None, engine: Engine | None = None, out=None,
+          progress: bool = True, meta: dict | None = None) -> ScoreTable:
+    """Exact option distributions of every (item, criterion, ordering) in one ScoreTable (a :class:`Run`).
+
+    ``option_orders``: (K, n) shared by every item or (I, K, n) per item (default: the canonical order once).
+    With ``out``, finished batches are checkpointed and the table is saved there; an interrupted run started
+    again with the same ``out`` continues where it stopped.
+    """
+    return Run(lm, items, rubric, option_orders, template=template, engine=engine, out=out, progress=progress,
+               meta=meta).execute()
+
+
+def score_multi(lm, items, rubric, option_orders, criterion_orders, *, template=None, engine: Engine | None = None,
+                out=None, slots: str = "greedy", max_continuations: int = 20000, progress: bool = True,
+                meta: dict | None = None) -> ScoreTable:
+    """Several criteria in one prompt: per-slot distributions, indexed by the canonical criterion,
+    ``probs[item, criterion, ordering, option]`` (a :class:`Run`; the slot algorithms are in
+    :mod:`logitjudge.steps`). ``option_orders`` and ``criterion_orders`` are aligned (K rows each); use
+    ``orderings.cross`` to combine every option order with every criteria order."""
+    return Run(lm, items, rubric, option_orders, criterion_orders=criterion_orders, template=template, engine=engine,
+               out=out, slots=slots, max_continuations=max_continuations, progress=progress, meta=meta).execute()
+
+
+def score_grouped(lm, items, rubric, option_orders=None, *, template=None, engine=None, out=None,
+                  progress: bool = True, meta: dict | None = None) -> ScoreTable:
+    """:func:`score` with the items of one group on one token trie (:class:`GroupedRun`)."""
+    return GroupedRun(lm, items, rubric, option_orders, template=template, engine=engine, out=out,
+                      progress=progress, meta=meta).execute()
+
+
+def planned_tokens(run: Run) -> int:
+    """The tokens ``run`` will forward (each trie node's segment once, as its batches plan them), counted from
+    the encoded prompts without the model: the exact cost."""
+    total = 0
+    for batch in run.batches(list(range(len(run.items))), {}):
+        total += run.engine.planned_tokens(batch.jobs())
+    return total
 
 
 class ProbeRun(Run):

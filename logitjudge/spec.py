@@ -15,8 +15,15 @@ from __future__ import annotations
 import difflib
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import LogitJudgeError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .items import Item
+    from .rubric import Rubric
 
 
 class SpecError(LogitJudgeError, ValueError):
@@ -360,3 +367,30 @@ def relative(value: str, base: str | None) -> str:
     if not p.is_absolute() and base is not None and (Path(base) / p).exists():
         return str(Path(base) / p)
     return str(p)
+
+
+def model_source(spec: Spec) -> str:
+    """The judge the spec names: a model folder or GGUF file next to the spec file, else its id as given."""
+    model_id = spec.model.id
+    if spec.base is not None and not Path(model_id).is_absolute() and (Path(spec.base) / model_id).exists():
+        return str(Path(spec.base) / model_id)
+    return model_id
+
+
+@dataclass
+class Experiment:
+    """Everything a spec resolves to before the model is loaded (:func:`logitjudge.experiment.prepare`)."""
+
+    spec: Spec
+    out: Path | None  # None: nothing written (the Python API's score without out=)
+    table_path: Path | None
+    probe_path: Path | None
+    items: list[Item]
+    rubric: Rubric
+    template: object
+    option_orders: np.ndarray
+    criterion_orders: np.ndarray | None
+    human: dict | None
+    systems: dict | None
+    data_info: dict
+    rows: list | None = None  # pairwise / listwise: the candidate rows (logitjudge.candidates); None: pointwise

@@ -100,25 +100,22 @@ def audit_run(engine, lm, items, rubric, option_orders, template, n: int | None,
     the default); the result goes into ``engine.mode_meta`` (copied into the table's meta). ``tol`` None:
     :func:`default_tol`. Raises :class:`ExactnessError` when it fails."""
     from .prompts import load_template
-    from .requests import item_prompts, orders_of
+    from .requests import RequestPlan
 
-    template = load_template(template)
-    orders = np.asarray(option_orders)  # (K, n) shared or (I, K, n) per item
-    return audit_prompts(engine, len(items),
-                         lambda i: item_prompts(lm, rubric, items[i], orders_of(orders, i), template), n, rng=rng,
-                         tol=tol)
+    return audit_plan(engine, RequestPlan(lm, load_template(template), rubric, items, option_orders), n, rng=rng,
+                      tol=tol)
 
 
-def audit_prompts(engine, n_units: int, prompts_of, n: int | None, *, rng=0, tol: float | None = None
-                  ) -> AuditResult:
-    """:func:`audit_run` on any run's units (items, or the candidate rows of a pairwise / listwise run):
-    ``prompts_of(i)`` gives unit ``i``'s prompts; ``n`` prompts drawn from up to ``n`` random units."""
+def audit_plan(engine, plan, n: int | None, *, rng=0, tol: float | None = None) -> AuditResult:
+    """:func:`audit_run` on a run's :class:`~logitjudge.requests.RequestPlan` (its items, or the candidate rows of
+    a pairwise / listwise run): ``n`` prompts drawn from up to ``n`` random units, read from the plan (and kept
+    there for the run)."""
     from .judge import default_audit_prompts
 
     n = default_audit_prompts(engine.model) if n is None else n
     gen = np.random.default_rng(rng)
-    picked = sorted(gen.choice(n_units, size=min(n, n_units), replace=False)) if n else []
-    groups = [prompts_of(i) for i in picked]
+    picked = sorted(gen.choice(len(plan), size=min(n, len(plan)), replace=False)) if n else []
+    groups = [plan.prompts(i) for i in picked]
     res = verify_exactness(engine, groups, n, rng=gen, tol=default_tol(engine.model) if tol is None else tol)
     if hasattr(engine, "mode_meta"):
         engine.mode_meta.update(res.meta())

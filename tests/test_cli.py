@@ -366,3 +366,30 @@ def test_per_item_orders_score_and_analyze(tmp_path, model_dir, capsys, spec, k)
     assert main(["analyze", str(out), "--json", "--n-boot", "20"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert "position" in res and "error" not in json.dumps(res.get("skipped", {})).lower()
+
+
+def test_a_pointwise_run_tokenizes_each_prompt_once(tmp_path, model_dir, monkeypatch):
+    """The preflight, the exactness audit (--verify), the prompt dump and the run read one request plan: every
+    prompt is tokenized (with each of its labels) once."""
+    from collections import Counter
+
+    from logitjudge.models import load_tokenizer
+
+    cls = type(load_tokenizer(str(model_dir)))
+    real, calls = cls.__call__, Counter()
+
+    def counting(self, text, *args, **kwargs):
+        calls.update([text] if isinstance(text, str) else list(text))
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "__call__", counting)
+    texts, dump = write_texts(tmp_path / "texts.jsonl", 6), tmp_path / "prompts.jsonl"
+    rc = main(["score", "--model", str(model_dir), "--texts", str(texts), "--orderings", "balanced", "--out",
+               str(tmp_path / "t.npz"), "--dump-prompts", str(dump), "--verify", "3", "--threads", "2", "--quiet"])
+    assert rc == 0
+    lines = [json.loads(x) for x in dump.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 6 * 10
+    asked = Counter(rec["prompt"] + c for rec in lines for c in rec["continuations"])  # prompt + label, as encoded
+    assert len(asked) == 6 * 10 * 5 and set(asked.values()) == {1}
+    assert calls == asked  # nothing else tokenized, and each prompt once
+    assert ScoreTable.load(tmp_path / "t.npz").meta["exactness_audit"]["n_prompts"] == 3

@@ -22,7 +22,7 @@ from logitjudge.engine import Engine, plain_prompt_logprobs
 from logitjudge.experiment import SpecError, prepare, run_experiment
 from logitjudge.items import Item
 from logitjudge.paradigm_run import CandidateRun, check_template
-from logitjudge.requests import orders_of, row_prompts
+from logitjudge.requests import item_prompts, orders_of
 from logitjudge.rubric import builtin_rubric
 from logitjudge.steps import score_batch
 from logitjudge.table import ScoreTable
@@ -138,7 +138,7 @@ def test_the_rows_of_a_group_share_one_trie_and_the_same_numbers(lm):
     rub = builtin_rubric("default")
     rows, orders = plan(items(2, 4), "pairwise")
     tpl = check_template(None, "pairwise")
-    prompts = [row_prompts(lm, rub, r, orders, tpl) for r in rows]
+    prompts = [item_prompts(lm, rub, r, orders, tpl) for r in rows]
     alone, shared = Engine(lm, token_budget=100_000), Engine(lm, token_budget=100_000)
     a = score_batch(alone, prompts, 1)
     b = score_batch(shared, prompts, 1, share=[r.group for r in rows])
@@ -375,7 +375,7 @@ def test_parity_gemma_pairwise_and_listwise(gemma_lm):
         orders = orders[[0, 1]] if paradigm == "pairwise" else orders[[len(orders) // 2]]  # listwise: reversed
         t = CandidateRun(gemma_lm, rows[:1], rub, orders, paradigm=paradigm, template=tpl,
                          engine=Engine(gemma_lm, token_budget=2048), progress=False).execute()
-        eps = row_prompts(gemma_lm, rub, rows[0], orders, tpl)
+        eps = item_prompts(gemma_lm, rub, rows[0], orders, tpl)
         assert min(len(c) for c in eps[0].continuation_ids) >= 2
         for k, lp in enumerate(plain_prompt_logprobs(gemma_lm.model, eps)):
             q = np.exp(lp - lp.max())

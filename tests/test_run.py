@@ -13,7 +13,15 @@ from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
 from logitjudge.items import Item
 from logitjudge.orderings import OrderingError
 from logitjudge.prompts import builtin_template
-from logitjudge.requests import dump_prompts, encode, item_prompts, single_requests, slot_request
+from logitjudge.requests import (
+    RequestPlan,
+    dump_prompts,
+    encode,
+    first_requests,
+    item_prompts,
+    single_requests,
+    slot_request,
+)
 from logitjudge.rubric import Criterion, Rubric, ScoreOption, builtin_rubric
 from logitjudge.run import Run
 
@@ -71,7 +79,7 @@ def test_one_dump_for_single_and_multi_criteria(tiny_lm, tmp_path):
     rub, its = two_criteria(), items()[:2]
     orders = per_item_orders(2, 2, 3)
     tpl = builtin_template("text-first")
-    single = [json.loads(x) for x in dump_prompts(tiny_lm, its, rub, orders, tpl, tmp_path / "s.jsonl")
+    single = [json.loads(x) for x in dump_prompts(RequestPlan(tiny_lm, tpl, rub, its, orders), tmp_path / "s.jsonl")
               .read_text(encoding="utf-8").splitlines()]
     assert len(single) == 2 * 2 * 2  # items x criteria x orderings
     assert [r["option_order"] for r in single[:2]] == orders[0].tolist()
@@ -82,8 +90,8 @@ def test_one_dump_for_single_and_multi_criteria(tiny_lm, tmp_path):
     assert single[0]["prompt"] == ep.prompt_text and single[0]["prompt_tokens"] == len(ep.prompt_ids)
     co = np.array([[1, 0], [0, 1]])
     mtpl = builtin_template("multi-criteria")
-    multi = [json.loads(x) for x in dump_prompts(tiny_lm, its, rub, orders, mtpl, tmp_path / "m.jsonl",
-                                                 criterion_orders=co).read_text(encoding="utf-8").splitlines()]
+    firsts = RequestPlan(tiny_lm, mtpl, rub, its, orders, requests=lambda i: first_requests(rub, its[i], orders[i], co))
+    multi = [json.loads(x) for x in dump_prompts(firsts, tmp_path / "m.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(multi) == 2 * 2 and multi[0]["slot"] == 0
     assert multi[0]["criterion_order"] == ["Fluency", "Coherence"] and multi[0]["criterion"] == "Fluency"
     ep = encode(tiny_lm, mtpl, rub, slot_request(its[0], orders[0][0], co[0]))
@@ -113,7 +121,7 @@ def test_checkpoint_keeps_whole_batches_and_leaves_nothing_before_the_first(tmp_
 
 
 def test_rerun_reuses_a_finished_table_and_replaces_other_settings(tiny_lm, tmp_path, caplog):
-    from logitjudge.scoring import score
+    from logitjudge.run import score
 
     out = tmp_path / "t.npz"
     rub = builtin_rubric("default")
@@ -130,16 +138,16 @@ def test_rerun_reuses_a_finished_table_and_replaces_other_settings(tiny_lm, tmp_
 def test_plan_counts_the_tokens_the_engine_runs(tiny_lm, mode, monkeypatch):
     """A run's plan (its start line and the bar's total) counts the trie tokens the engine then runs: exactly,
     but for greedy slots, whose later prompts follow the judge's answers (an estimate, said so). The prompts the
-    plan encodes are kept for the run: each item is encoded once."""
-    from logitjudge import run as run_mod
+    plan encodes are kept for the run (in its request plan): each prompt is encoded once."""
+    from logitjudge import requests as requests_mod
 
     rub = two_criteria()
     kw = {} if mode == "single" else {"criterion_orders": np.array([[0, 1], [1, 0]]), "slots": mode}
     engine = Engine(tiny_lm, token_budget=256)
     r = Run(tiny_lm, items(), rub, per_item_orders(3, 2, 3), engine=engine, progress=False, **kw)
     encoded = []
-    real = run_mod.item_prompts
-    monkeypatch.setattr(run_mod, "item_prompts", lambda *a: encoded.append(a[2].id) or real(*a))
+    real = requests_mod.encode
+    monkeypatch.setattr(requests_mod, "encode", lambda *a: encoded.append(a[3].item.id) or real(*a))
     ckpt = Checkpoint(None, "p")
     plan = r.plan([0, 1, 2], ckpt)
     r.records(ckpt)
@@ -150,9 +158,9 @@ def test_plan_counts_the_tokens_the_engine_runs(tiny_lm, mode, monkeypatch):
     else:
         assert not plan.estimate and plan.tokens == ran
     if mode == "single":
-        assert plan.batches >= 2 and sorted(encoded) == ["i0", "i1", "i2"]  # encoded once, by the plan
-        monkeypatch.setattr(run_mod, "KEEP_ENCODED", 0)  # nothing kept: the run encodes them again
+        assert plan.batches >= 2 and sorted(encoded) == sorted(["i0", "i1", "i2"] * 4)  # each prompt once
+        monkeypatch.setattr(requests_mod, "KEEP_ENCODED", 0)  # nothing kept: the run encodes them again
         encoded.clear()
         r.plan([0, 1, 2], Checkpoint(None, "p"))
         r.records(Checkpoint(None, "p"))
-        assert sorted(encoded) == ["i0", "i0", "i1", "i1", "i2", "i2"]
+        assert sorted(encoded) == sorted(["i0", "i1", "i2"] * 8)
