@@ -22,10 +22,11 @@ from benchmarks import workloads
 from benchmarks.timing import best_of_interleaved
 from logitjudge import orderings
 from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
-from logitjudge.multi import marginal_cost, score_multi
 from logitjudge.prompts import builtin_template
 from logitjudge.requests import encode, slot_request
 from logitjudge.rubric import builtin_rubric
+from logitjudge.run import score_multi
+from logitjudge.steps import marginal_cost
 
 
 def plain_greedy(lm, tpl, rub, item, oo, co):

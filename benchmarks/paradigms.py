@@ -50,19 +50,17 @@ def spec(dataset: str, paradigm: str, args, folder: Path) -> dict:
 
 def score_all(dataset: str, args, folder: Path, judge: dict) -> tuple[list, dict]:
     """The three score tables of one data set (reused when they hold these settings) and its human scores."""
-    from logitjudge.experiment import load_judge, preflight, prepare, score_experiment
+    from logitjudge.experiment import open_experiment
 
     tables, human = [], None
     for paradigm in PARADIGMS:
-        exp = prepare(spec(dataset, paradigm, args, folder))  # out/table.npz
-        preflight(exp)
-        if "lm" not in judge:  # one model for every run
-            judge["lm"] = load_judge(exp.spec)
+        opened = open_experiment(spec(dataset, paradigm, args, folder), lm=judge.get("lm"))  # out/table.npz
+        judge["lm"] = opened.judge()  # one model for every run: loaded by the first
         t0 = time.perf_counter()
-        tables.append(score_experiment(exp, judge["lm"], progress=not args.quiet))
+        tables.append(opened.score(progress=not args.quiet))
         print(f"{dataset} {paradigm}: {tables[-1].shape[0]} rows scored or reused in "
               f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        human = exp.human
+        human = opened.exp.human
     return tables, human
 
 

@@ -51,7 +51,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -315,16 +314,15 @@ def main(argv=None) -> int:
 
     from logitjudge import stats as st
     from logitjudge.autodtype import cpu_model
-    from logitjudge.experiment import SpecError, load_judge, preflight, prepare, probe_experiment
+    from logitjudge.experiment import SpecError, open_experiment, prepare
 
     t0 = time.perf_counter()
-    try:  # every setting is checked before the model loads
-        exp = prepare(study_spec(args), data_dir=args.data_dir)
-        exp = replace(exp, items=one_story_per_prompt(exp.items, args.seed))
+    try:  # every setting is checked before the model loads; the study's items are one story per prompt
+        items = one_story_per_prompt(prepare(study_spec(args), data_dir=args.data_dir).items, args.seed)
+        opened = open_experiment(study_spec(args), data_dir=args.data_dir, items=items)
     except SpecError as e:
         ap.error(str(e))
-    preflight(exp)
-    lm = load_judge(exp.spec)
+    exp, lm = opened.exp, opened.judge()
     t_load = time.perf_counter() - t0
     tokens, prompt_tokens = prompt_facts(lm, exp)
     multi = {k: v for k, v in tokens.items() if v > 1}
@@ -332,7 +330,7 @@ def main(argv=None) -> int:
                f"multi-token labels {multi}: teacher-forced sum over the label's tokens")
     load_before = os.getloadavg()
     t1 = time.perf_counter()
-    table, page = probe_experiment(exp, lm, progress=True)
+    table, page = opened.probe(progress=True)
     t_probe = time.perf_counter() - t1
     res = json.loads((page.parent / "probe.json").read_text())
     title = (f"{args.model} on HANNA {args.criterion}: {len(exp.items)} stories x {len(exp.option_orders)} "
