@@ -42,7 +42,7 @@ CRITERION = {"hanna": "Coherence", "summeval": "coherence"}
 def spec(dataset: str, paradigm: str, args, folder: Path) -> dict:
     """The experiment spec of one data set under one paradigm: the same groups and items for all three."""
     return {"name": f"{dataset}-{paradigm}", "out": str(folder / f"{dataset}-{paradigm}"),
-            "model": {"id": args.model, "dtype": "fp32", "threads": args.threads},
+            "model": {"id": args.model, "dtype": "fp32", "threads": None if args.threads == "auto" else args.threads},
             "data": {"name": dataset, "dir": args.data_dir, "groups": args.groups, "per_group": args.per_group,
                      "criteria": [CRITERION[dataset]], "seed": args.seed},
             "prompts": {"paradigm": paradigm}, "orderings": {"options": "balanced", "seed": args.seed}}
