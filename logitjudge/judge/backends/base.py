@@ -100,10 +100,11 @@ class Backend:
     def kernels(self) -> dict:
         """What ran, for the table's meta, as the kernels' dispatcher recorded it in this backend's forwards and
         read-outs: per kernel (attention, readout, rms_norm, residual_rms_norm, qk_norm_rope; the native step's
-        linear, gate_up and mlp_rows) the implementations that ran (C, aten, torch, triton; packed or plain GEMMs) with their shape buckets and call counts, and the decision behind each
-        bucket (measured rates, or why it was forced). Nothing is re-derived, so a kernel that did not run (e.g.
-        attention inside transformers' own modules) is absent; empty when this backend ran nothing yet (a resumed
-        run whose batches were all saved)."""
+        linear, gate_up and mlp_rows) the implementations that ran (C, aten, torch, triton; packed or plain
+        GEMMs) with their shape buckets and call counts, and the decision behind each bucket (measured rates, or
+        why it was forced). Nothing is re-derived, so a kernel that did not run (e.g. attention inside
+        transformers' own modules) is absent; empty when this backend ran nothing yet (a resumed run whose
+        batches were all saved)."""
         return {} if self._kernel_record is None else self._kernel_record.as_meta()
 
     # ---- hook points (the probe) --------------------------------------------------------------------------
