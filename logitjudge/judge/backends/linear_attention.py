@@ -95,6 +95,9 @@ def gated_delta_shared(m, h: torch.Tensor, pstate) -> torch.Tensor:
     q, k, v = torch.split(conv, [m.key_dim, m.key_dim, m.value_dim], dim=-1)
     q, k = q.reshape(B, S, -1, m.head_k_dim), k.reshape(B, S, -1, m.head_k_dim)
     v = v.reshape(B, S, -1, m.head_v_dim)
+    rep = v.shape[2] // q.shape[2]
+    if rep > 1:  # each q/k head serves rep value heads: transformers repeats them in the module up to 5.23 and in
+        q, k = q.repeat_interleave(rep, dim=2), k.repeat_interleave(rep, dim=2)  # the rule from 5.24; here for both
     beta = b.sigmoid()
     g = -m.A_log.float().exp() * F.softplus(a.float() + m.dt_bias)
     real = torch.arange(S, device=h.device)[None, :] < torch.tensor(lengths, device=h.device)[:, None]  # (B, S)
