@@ -40,10 +40,12 @@ def test_score_dump_and_analyze(tmp_path, model_dir, capsys):
     assert t.meta["torch_threads"] == 2 and t.meta["prefix_mode"] == "native"
     # what ran, from the kernels' dispatcher: the native step function's kernels and the read-out
     kernels = t.meta["kernels"]
-    assert set(kernels) == {"attention", "readout", "rms_norm", "residual_rms_norm", "qk_norm_rope", "mlp_rows"}
-    mlp_impls = {"whole"} | {f"blocks of {r}" for r in (512, 384, 256)}
+    assert set(kernels) == {"attention", "readout", "rms_norm", "residual_rms_norm", "qk_norm_rope", "mlp_rows",
+                            "linear", "gate_up"}
+    impls = {"mlp_rows": {"whole"} | {f"blocks of {r}" for r in (512, 384, 256)}, "linear": {"packed", "plain"},
+             "gate_up": {"packed epilogues", "plain"}}
     for name, k in kernels.items():
-        assert set(k["ran"]) <= (mlp_impls if name == "mlp_rows" else {"C", "aten", "torch"})
+        assert set(k["ran"]) <= impls.get(name, {"C", "aten", "torch"})
         assert set(k["choices"]) == {b for impl in k["ran"].values() for b in impl["buckets"]}
     assert set(kernels["readout"]["ran"]) <= {"torch"}  # the tiny model soft-caps its logits: no C read-out
     lines = [json.loads(x) for x in dump.read_text(encoding="utf-8").splitlines()]
