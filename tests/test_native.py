@@ -52,7 +52,7 @@ def test_native_matches_transformers_forward_and_cache(row_kernels):
     hidden, captured = native(ids, PrefixKV.empty(4), capture=True)
     assert hidden.shape == ref.last_hidden_state.shape
     assert (hidden - ref.last_hidden_state).abs().max().item() < 1e-4
-    for (k, v), layer in zip(captured, ref.cache.layers):
+    for (k, v), layer in zip(captured, ref.past_key_values.layers):
         n = layer.keys.shape[2]  # sliding layers keep only their window's last tokens
         assert (k[:, :, -n:] - layer.keys).abs().max().item() < 1e-4
         assert (v[:, :, -n:] - layer.values).abs().max().item() < 1e-4
