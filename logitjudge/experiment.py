@@ -255,7 +255,8 @@ def load_judge(spec: Spec):
     torchrun each rank loads it on its own GPU (:func:`logitjudge.distributed.rank_device`)."""
     from .autodtype import resolve_dtype
     from .distributed import rank_device
-    from .models import check_available, load_model, set_threads
+    from .model_ref import check_available
+    from .models import load_model, set_threads
 
     m = spec.model
     set_threads(m.threads)

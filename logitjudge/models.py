@@ -15,7 +15,7 @@ import torch
 
 from .gguf import GGUFError, cache_dir, gguf_checkpoint
 from .judges import BUILTINS, builtin_checkpoint
-from .model_ref import ModelError, ModelRef, check_available, check_model_folder, classify  # noqa: F401 (re-exported)
+from .model_ref import ModelError, check_available, classify
 from .ollama import ollama_checkpoint
 
 BUILTIN_ALIASES = {alias: b.origin for alias, b in BUILTINS.items()}  # the --model names of the built-ins
