@@ -34,7 +34,7 @@ __all__ = ["Report", "Result", "analyze", "load_judge", "score"]
 KEYWORDS = {("model", "id"): "model", ("model", "dtype"): "dtype", ("model", "device"): "device",
             ("model", "threads"): "threads", ("model", "quantize"): "quantize",
             ("model", "attn_implementation"): "attn_implementation", ("model", "token_budget"): "token_budget",
-            ("model", "prefix_mode"): "prefix_mode", ("model", "verify"): "verify",
+            ("model", "prefix_mode"): "prefix_mode", ("model", "verify"): "verify", ("model", "engine"): "engine",
             ("data", "texts"): "data", ("data", "rubric"): "rubric", ("data", "criteria"): "criteria",
             ("prompts", "template"): "template", ("prompts", "multi_criteria"): "multi_criteria",
             ("prompts", "slots"): "slots", ("prompts", "max_continuations"): "max_continuations",
@@ -43,6 +43,11 @@ KEYWORDS = {("model", "id"): "model", ("model", "dtype"): "dtype", ("model", "de
             ("orderings", "seed"): "seed", ("", "out"): "out", ("", "dump_prompts"): "dump_prompts",
             ("analysis", "n_boot"): "n_boot", ("analysis", "method"): "method", ("analysis", "seed"): "seed",
             ("analysis", "n_draws"): "n_draws", ("analysis", "reading"): "reading"}
+
+
+# lj.load_judge(engine_options=...): the [model] settings of the serving engines
+ENGINE_OPTIONS = ("block_size", "tensor_parallel", "pipeline_parallel", "vllm_compile", "kv_cache_gib", "concurrency",
+                  "request_timeout")
 
 
 @dataclass(frozen=True)
@@ -64,19 +69,34 @@ def _section(cls, given: dict, name: str, section: str):
 
 
 def load_judge(model: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu", threads: int | None = None,
-               quantize: str | None = None, attn_implementation: str | None = None):
+               quantize: str | None = None, attn_implementation: str | None = None, engine: str = "native",
+               engine_options: dict | None = None):
     """The judge a run of ``logitjudge score --model MODEL`` loads (:func:`logitjudge.experiment.load_judge`):
     a built-in alias (gemma-3-270m), ``ollama:NAME[:TAG]``, a GGUF file, a local folder or a Hugging Face id
     (``ORG/NAME[@REVISION]``); any other value is refused in one line before anything loads. ``dtype``: fp32
     (exact), bf16, fp16 or auto; ``device``: cpu, cuda, cuda:N or auto; ``threads``: torch CPU threads (None:
-    $OMP_NUM_THREADS, else the usable CPUs). Returns a :class:`logitjudge.models.LoadedModel`; an unreachable id
-    fails in one line before any loading."""
+    $OMP_NUM_THREADS, else the usable CPUs). ``engine``: native, vllm or http://HOST:PORT (``--engine``);
+    ``engine_options``: the engine's other [model] settings by name (block_size, tensor_parallel,
+    pipeline_parallel, vllm_compile, kv_cache_gib, concurrency, request_timeout). Returns a
+    :class:`logitjudge.models.LoadedModel`, or for a serving engine a :class:`logitjudge.models.ServedJudge` (the
+    tokenizer and config; the engine loads the weights when :func:`score` first runs); an unreachable id fails
+    in one line before any loading."""
+    from .engines import check_engine
     from .experiment import load_judge as load
     from .models import ModelError, check_attn_implementation, check_device
 
+    options = dict(engine_options or {})
+    unknown = sorted(set(options) - set(ENGINE_OPTIONS))
+    if unknown:
+        raise LogitJudgeError(f"lj.load_judge(engine_options=...): unknown option {unknown[0]!r}; the options are "
+                              f"{list(ENGINE_OPTIONS)}")
     m = _section(ModelSpec, {"id": model, "dtype": dtype, "device": device, "threads": threads,
-                             "quantize": quantize, "attn_implementation": attn_implementation},
-                 "load_judge", "model")
+                             "quantize": quantize, "attn_implementation": attn_implementation, "engine": engine,
+                             **options}, "load_judge", "model")
+    try:
+        check_engine(m, probing=False)
+    except LogitJudgeError as e:
+        raise LogitJudgeError(f"lj.load_judge(engine=...): {e}") from None
     for kw, check in (("device", check_device), ("attn_implementation", check_attn_implementation)):
         try:
             check(getattr(m, kw))
@@ -157,8 +177,7 @@ def score(judge, data, *, text: str = "text", context: str | None = "context", i
     spec = _CallSpec(
         name="score", out=None if out is None else str(out),
         dump_prompts=None if dump_prompts is None else str(dump_prompts),
-        model=_section(ModelSpec, {"id": judge.model_id, "token_budget": token_budget, "prefix_mode": prefix_mode,
-                                   "verify": verify}, "score", "model"),
+        model=_judge_model(judge, token_budget=token_budget, prefix_mode=prefix_mode, verify=verify),
         data=_section(DataSpec, {"texts": path, "rubric": named, "criteria": criteria}, "score", "data"),
         prompts=_section(PromptSpec, {"template": None if template is None else str(template),
                                       "multi_criteria": multi_criteria, "paradigm": paradigm,
@@ -170,6 +189,18 @@ def score(judge, data, *, text: str = "text", context: str | None = "context", i
     run = open_experiment(spec, lm=judge, force=force, items=items,
                           rubric=rubric if isinstance(rubric, Rubric) else None)
     return Result(run.score(progress=progress), run.exp.table_path)
+
+
+def _judge_model(judge, **given) -> ModelSpec:
+    """The [model] section of a call on ``judge``: its id and, for a serving engine's judge, the engine settings it
+    was loaded with; ``given`` (the call's keywords) over them."""
+    from dataclasses import replace
+
+    loaded = getattr(judge, "spec", None)
+    m = _section(ModelSpec, {"id": judge.model_id, **given}, "score", "model")
+    if loaded is None:
+        return m
+    return replace(loaded, **{k: getattr(m, k) for k in given})
 
 
 def _table_of(result) -> ScoreTable:

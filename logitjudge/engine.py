@@ -112,6 +112,15 @@ class Engine:
         # called with the tokens of every forward call that finished (a run's progress bar); None: nobody listens
         self.on_forward = None
 
+    @property
+    def batch_tokens(self) -> int | None:
+        """The backend's own bound on one forward call's tokens (the native step's on CPU; None: none)."""
+        return self.backend.batch_tokens
+
+    def kernels(self) -> dict:
+        """The kernel dispatcher's record of what the backend ran (the table's ``kernels`` meta)."""
+        return self.backend.kernels()
+
     # ---- core ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def evaluate(self, jobs: list[Job]) -> list[JobResult]:

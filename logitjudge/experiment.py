@@ -192,6 +192,8 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
     and rubric (:func:`logitjudge.selection.load_items`). A spec from flags without ``out`` writes nothing (the
     table is returned only).
     """
+    from .engine import EngineError
+    from .engines import check_engine
     from .models import ModelError, check_attn_implementation, check_device
     from .outputs import OutputError, check_outputs
     from .prompts import PromptError, default_template, load_template
@@ -243,6 +245,10 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
     exp = Experiment(spec, out_path, table_path, probe_path, items, rubric, template, option_orders,
                      criterion_orders, human, systems, info, rows)
     probing = probe_settings(exp) is not None  # the [probe] section too is checked before any model loads
+    try:  # the engine: installed, and no setting it does not run
+        check_engine(spec.model, probing=probing)
+    except EngineError as e:
+        raise SpecError(f"{spec.where('model', 'engine')}: {e}") from None
     try:
         check_outputs(_outputs(spec, table_path, probe_path, probing), _inputs(spec, info, spec_file), force=force)
     except OutputError as e:
@@ -255,13 +261,21 @@ def load_judge(spec: Spec):
     torchrun each rank loads it on its own GPU (:func:`logitjudge.distributed.rank_device`)."""
     from .autodtype import resolve_dtype
     from .distributed import rank_device
+    from .engines import engine_kind
     from .model_ref import check_available
-    from .models import load_model, set_threads
+    from .models import load_model, served_judge, set_threads
 
     m = spec.model
     set_threads(m.threads)
     source = model_source(spec)
     check_available(source)
+    if engine_kind(m.engine) != "native":  # the serving engine loads the weights; here the tokenizer and config
+        dtype = m.dtype if m.dtype != "auto" else ("bf16" if m.device.startswith("cuda") else "fp32")
+        lm = served_judge(source, dtype=dtype)
+        lm.spec = m
+        lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": "a serving engine: fp32 on a CPU, "
+                                   "bf16 on a GPU" if m.dtype == "auto" else "asked for"}
+        return lm
     device = rank_device(m.device)  # cuda -> cuda:LOCAL_RANK before anything is loaded
     dtype, why = resolve_dtype(m.dtype, device)  # auto: measured once per machine (cached)
     lm = load_model(source, dtype=dtype, device=device, quantize=m.quantize,
@@ -277,10 +291,18 @@ def judge_engine(exp: Experiment, lm, *, plan=None):
     the exactness audit on the run's prompts (``plan``: its :class:`~logitjudge.requests.RequestPlan`, read and
     left there for the run; multi-criteria runs are audited on the same items' single-criterion prompts)."""
     from .engine import Engine
+    from .engines import engine_kind, served_engine
+    from .prompts import load_template
+    from .requests import RequestPlan
     from .verify import audit_plan, audit_run
 
     od, pr, m = exp.spec.orderings, exp.spec.prompts, exp.spec.model
-    engine = Engine(lm, token_budget=m.token_budget, prefix_mode=m.prefix_mode)
+    if engine_kind(m.engine) == "native":
+        engine = Engine(lm, token_budget=m.token_budget, prefix_mode=m.prefix_mode)
+    else:  # checked against the judge on a prompt and its labels, as the run will send them
+        first = (run_plan(exp, lm, plan) if not pr.multi_criteria else
+                 RequestPlan(lm, load_template(None), exp.rubric, exp.items, exp.option_orders)).prompt(0, 0)
+        engine = served_engine(m, lm, texts=[first.prompt_text, *first.continuations], seed=od.seed)
     if pr.multi_criteria:
         audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None, m.verify, rng=od.seed)
     else:

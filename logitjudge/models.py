@@ -39,6 +39,43 @@ class LoadedModel:
         return context_length(self.model.config, self.tokenizer)
 
 
+@dataclass
+class ServedJudge:
+    """A judge whose weights a serving engine holds (:mod:`logitjudge.engines`): its tokenizer and config only,
+    read here; ``model`` is None. ``reference`` loads the same weights in transformers (fp32) for the exactness
+    audit, on first use."""
+
+    tokenizer: object
+    config: object
+    model_id: str
+    source: str
+    revision: str = ""
+    dtype: str = "fp32"
+    device: str = "cpu"
+    info: dict = field(default_factory=dict)
+    spec: object = None  # the [model] settings it was loaded with (the engine's): lj.score runs on them
+    model = None
+
+    @property
+    def max_length(self) -> int:
+        return context_length(self.config, self.tokenizer)
+
+    def reference(self, device: str = "cpu"):
+        """The transformers model of the same weights, fp32 (the plain forward the audit compares against)."""
+        return load_model(self.model_id, dtype="fp32", device=device, revision=self.revision or None).model
+
+
+def served_judge(model_id: str, *, dtype: str = "fp32", revision: str | None = None) -> ServedJudge:
+    """The judge of a serving engine: ``model_id`` resolved as :func:`load_model` resolves it (a GGUF or
+    built-in converted to its folder, which the engine loads), its tokenizer and config read, no weights."""
+    if dtype not in DTYPES:
+        raise ModelError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
+    source, revision = source_and_revision(model_id, revision)
+    tok, config = load_tokenizer(model_id, revision=revision), load_config(model_id, revision=revision)
+    return ServedJudge(tok, config, model_id, source, revision or "", dtype,
+                       info={"source": source, "gguf": getattr(config, "logitjudge_source", None)})
+
+
 def context_length(config, tokenizer=None) -> int:
     """The model's context in tokens, from its config (a multimodal checkpoint's text config), else the
     tokenizer's ``model_max_length``: the same number before the model loads (:func:`load_config`) and after."""

@@ -27,7 +27,7 @@ def preflight(exp: Experiment, lm=None):
 
     check_run_files(exp)
     if lm is not None:
-        tokenizer, config = lm.tokenizer, lm.model.config
+        tokenizer, config = lm.tokenizer, lm.model.config if lm.model is not None else lm.config  # served: no weights
     else:
         source = model_source(exp.spec)
         tokenizer, config = load_tokenizer(source), load_config(source)

@@ -46,7 +46,7 @@ def writer(device: str, gemm_route) -> dict:
 
 def snapshot(engine) -> tuple[dict, dict]:
     """What the engine and its kernels have run so far: (``kernels`` meta, ``engine_stats``)."""
-    return engine.backend.kernels(), dict(engine.stats)
+    return engine.kernels(), dict(engine.stats)
 
 
 def record_by(who: dict, before: tuple[dict, dict], after: tuple[dict, dict]) -> dict:

@@ -385,6 +385,9 @@ class ProbeRun(Run):
         self._setup(lm, items, rubric, option_orders, template or default_template(False), engine, out, progress,
                     meta)
         self.probes = check_probe_args(probes, self.option_orders, pairs=pairs, kinds=kinds)
+        if not hasattr(self.engine, "backend"):
+            raise ProbeError(f"probing reads the judge's internals, which the {self.engine.prefix_mode} engine does "
+                             "not expose; probe with the native engine")
         backend = self.engine.backend
         L = backend.n_layers
         self.layers = list(range(L)) if hidden_layers is None else sorted(int(x) for x in hidden_layers)
@@ -464,8 +467,8 @@ def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
             "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
             "chat": chat_meta(template, lm.tokenizer),
             "prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
-            "batch_tokens": engine.backend.batch_tokens, "torch_threads": torch.get_num_threads(),
-            "kernels": engine.backend.kernels(),
+            "batch_tokens": engine.batch_tokens, "torch_threads": torch.get_num_threads(),
+            "kernels": engine.kernels(),
             "versions": {"logitjudge": __version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "numpy": np.__version__},
             "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats), **engine.mode_meta,

@@ -68,6 +68,22 @@ class ModelSpec:
                               example="2")
     quantize: str | None = opt(None, "bitsandbytes quantization, CUDA only", choices=("4bit", "8bit"),
                                example='"4bit"')
+    engine: str = opt("native", "what computes the judge: native (logitjudge's own engine), vllm (vLLM in this "
+                      "process: pip install 'logitjudge[vllm]') or http://HOST:PORT (a running vllm serve); "
+                      "docs/scale.md says which to choose", example='"vllm"')
+    block_size: int | None = opt(None, "vllm: the prefix cache's block in tokens (a prefix is reused in whole "
+                                 "blocks); unset: 32 on a CPU, vLLM's default on a GPU", kind="int", minimum=1,
+                                 example="32")
+    tensor_parallel: int = opt(1, "vllm: GPUs one copy of the model is split over (tensor_parallel_size)",
+                               minimum=1)
+    pipeline_parallel: int = opt(1, "vllm: pipeline stages, e.g. one per node (pipeline_parallel_size)",
+                                 minimum=1)
+    vllm_compile: str = opt("auto", "vllm: torch.compile and CUDA graphs (on) or eager (off); auto: off on a "
+                            "CPU, where compiling takes minutes, on on a GPU", choices=("auto", "on", "off"))
+    kv_cache_gib: int | None = opt(None, "vllm: GiB of memory for the KV cache; unset: vLLM's default share of "
+                                   "free memory", kind="int", minimum=1, example="4")
+    concurrency: int = opt(8, "http: requests in flight at once", minimum=1)
+    request_timeout: int = opt(300, "http: seconds a request may stall before it is sent again", minimum=1)
 
 
 @dataclass(frozen=True)

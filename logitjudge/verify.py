@@ -30,6 +30,11 @@ def default_tol(model) -> float:
     return DEFAULT_TOL if dtype in (torch.float32, torch.float64) else LOW_PRECISION_TOL
 
 
+# a serving engine's table unless --verify N: its rows were not compared with the plain forward in this run
+NOT_AUDITED = ("not audited: the serving engine's rows were not compared with the plain forward (--verify N "
+               "loads the same weights in transformers and compares N prompts)")
+
+
 class ExactnessError(EngineError):
     """The fast path differs from the plain forward on the audited prompts."""
 
@@ -78,9 +83,10 @@ def verify_exactness(engine, groups: list, n: int, *, rng=0, tol: float = DEFAUL
     chosen = sorted(tuple(pairs[i]) for i in gen.choice(len(pairs), size=min(n, len(pairs)), replace=False))
     used = sorted({g for g, _ in chosen})
     fast = dict(zip(used, engine.prompt_logprobs([groups[g] for g in used])))
+    model = engine.model if engine.model is not None else engine.reference()  # a serving engine: transformers
     worst, where = 0.0, None
     for g, p in chosen:
-        ref = plain_prompt_logprobs(engine.model, [groups[g][p]])[0]
+        ref = plain_prompt_logprobs(model, [groups[g][p]])[0]
         diff = float(np.abs(_normalised(fast[g][p]) - _normalised(ref)).max())
         if diff > worst or where is None:
             worst, where = diff, (g, p)
@@ -112,11 +118,14 @@ def audit_plan(engine, plan, n: int | None, *, rng=0, tol: float | None = None) 
     there for the run)."""
     from .judge import default_audit_prompts
 
-    n = default_audit_prompts(engine.model) if n is None else n
+    served = engine.model is None  # a serving engine: its weights are not in this process
+    n = (0 if served else default_audit_prompts(engine.model)) if n is None else n
     gen = np.random.default_rng(rng)
     picked = sorted(gen.choice(len(plan), size=min(n, len(plan)), replace=False)) if n else []
     groups = [plan.prompts(i) for i in picked]
-    res = verify_exactness(engine, groups, n, rng=gen, tol=default_tol(engine.model) if tol is None else tol)
+    if tol is None:
+        tol = (DEFAULT_TOL if engine.dtype == "fp32" else LOW_PRECISION_TOL) if served else default_tol(engine.model)
+    res = verify_exactness(engine, groups, n, rng=gen, tol=tol)
     if hasattr(engine, "mode_meta"):
-        engine.mode_meta.update(res.meta())
+        engine.mode_meta.update(res.meta() if res.n_prompts or not served else {"exactness_audit": NOT_AUDITED})
     return res
