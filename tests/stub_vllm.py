@@ -65,11 +65,14 @@ class StubServer:
 
             def _send(self, code: int, payload) -> None:
                 raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up on a stalled answer
+                    self.close_connection = True
 
             def do_GET(self):
                 if self.path == "/v1/models":

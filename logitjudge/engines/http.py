@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -65,6 +66,7 @@ class HTTPEngine(ServedEngine):
         self.url = normalise_url(url)
         self.concurrency, self.batch, self.timeout, self.retries = int(concurrency), int(batch), timeout, retries
         self._reference = reference
+        self._count = threading.Lock()
         self.served = self._model()
         self.mode_meta = {"engine": {"name": "http", "url": self.url, "served_model": self.served.get("id"),
                                      "root": self.served.get("root"), "max_model_len": self.served.get("max_model_len"),
@@ -191,7 +193,8 @@ class HTTPEngine(ServedEngine):
         usage = out.get("usage") or {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") if isinstance(usage, dict) else None
         if isinstance(cached, int):
-            self.stats["cached_tokens"] += cached
+            with self._count:  # requests answer on several threads
+                self.stats["cached_tokens"] += cached
         return values
 
     def reference(self):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import faults
 from ..engine import EngineError, Job, JobResult, NonFiniteError, continuation_logprobs, prompt_job
 
 # vLLM's bound on the label ids one request may read (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS)
@@ -118,6 +119,7 @@ class ServedEngine:
         results = [JobResult() for _ in jobs]
         contexts, answers = contexts_of(jobs)
         if contexts:
+            faults.at_batch()  # the fault tests' kill@batch:N, as the native engine's forward batches
             values = self.read(contexts)
             bad = [(c, m) for c, v in enumerate(values) for m in range(len(v)) if not np.isfinite(v[m])]
             if bad:
