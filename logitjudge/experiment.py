@@ -273,6 +273,8 @@ def load_judge(spec: Spec):
         dtype = m.dtype if m.dtype != "auto" else ("bf16" if m.device.startswith("cuda") else "fp32")
         lm = served_judge(source, dtype=dtype)
         lm.spec = m
+        # where the weights run: vLLM here takes the GPUs when there are any; a server's are its own
+        lm.device = "server" if engine_kind(m.engine) == "http" else ("cuda" if torch_cuda() else "cpu")
         lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": "a serving engine: fp32 on a CPU, "
                                    "bf16 on a GPU" if m.dtype == "auto" else "asked for"}
         return lm
@@ -284,6 +286,12 @@ def load_judge(spec: Spec):
         log.info("rank %s: judge on %s", os.environ.get("RANK", "?"), device)
     lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": why}
     return lm
+
+
+def torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def judge_engine(exp: Experiment, lm, *, plan=None):

@@ -19,6 +19,7 @@ import pytest
 
 from logitjudge.cli import main
 from logitjudge.engines.http import HTTPEngine, ServerError
+from logitjudge.errors import LogitJudgeError
 from logitjudge.table import ScoreTable
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -218,3 +219,17 @@ def test_a_label_outside_the_served_vocabulary_is_refused(work):
     VLLMEngine.check(SimpleNamespace(vocab_size=len(stub.tokenizer)), stub.tokenizer, ["Quality score: 3"])
     with pytest.raises(EngineError, match="outside the vocabulary of 10 of the weights vLLM loaded"):
         VLLMEngine.check(SimpleNamespace(vocab_size=10), stub.tokenizer, ["Quality score: 3"])
+
+
+def test_the_python_api_scores_through_a_server(work):
+    """lj.load_judge(engine=...) reads the tokenizer and config only; lj.score runs on the engine it was loaded
+    with, and gives the command line's table."""
+    import logitjudge as lj
+
+    root, stub, ref = work
+    judge = lj.load_judge(str(root / "tiny"), engine=stub.url, engine_options={"concurrency": 2})
+    assert judge.model is None and judge.spec.engine == stub.url and judge.device == "server"
+    res = lj.score(judge, root / "texts.jsonl", orderings="random:2", token_budget=600, progress=False)
+    assert np.array_equal(res.table.probs, ref.probs) and res.table.meta["engine"]["concurrency"] == 2
+    with pytest.raises(LogitJudgeError, match="unknown option 'workers'"):
+        lj.load_judge(str(root / "tiny"), engine=stub.url, engine_options={"workers": 2})

@@ -14,6 +14,8 @@ token ids and returns every label's exact log-probability (:mod:`logitjudge.engi
 
 from __future__ import annotations
 
+import os
+
 from ..engine import EngineError
 
 KINDS = ("native", "vllm", "http")
@@ -38,11 +40,15 @@ def check_engine(model_spec, *, probing: bool) -> str:
     kind = engine_kind(model_spec.engine)
     if kind == "native":
         return kind
+    what = f"--engine {model_spec.engine}"
     if kind == "vllm":
         from .vllm_local import check_installed
 
         check_installed()
-    what = f"--engine {model_spec.engine}"
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise EngineError(f"{what} under torchrun would start one vLLM per rank; run one process and let vLLM "
+                              "split the model (--tensor-parallel N), or serve it and point each rank at the "
+                              "server (--engine http://HOST:PORT)")
     if model_spec.prefix_mode not in ("auto",):
         raise EngineError(f"{what} computes the prompts itself; --prefix-mode {model_spec.prefix_mode} is the native "
                           "engine's: drop it or use --engine native")
