@@ -68,6 +68,7 @@ in it, else skipped with the reason) or an id (no llama.cpp peer).
     python -m benchmarks.peers --model /tmp/qwen05b/qwen2.5-coder-0.5b-instruct.gguf --workloads 8x350
     python -m benchmarks.peers --quick             # 1x350 only, 1 repeat
     python -m benchmarks.peers --workloads 8x350,mtbench --repeats 5 --skip-llama
+    python -m benchmarks.peers --workloads 1x350 --peers logitjudge-fp32,vllm --repeats 2 --skip-llama
 """
 
 from __future__ import annotations
@@ -284,7 +285,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--slow", type=float, default=60.0, help="no more runs after one longer than this (s)")
     ap.add_argument("--skip-llama", action="store_true")
-    ap.add_argument("--peers", default=None, help="comma-separated subset of peers (plain is always run)")
+    ap.add_argument("--peers", default=None,
+                    help="comma-separated subset of peers (plain is always run; vllm: both block sizes)")
     ap.add_argument("--peer-timeout", type=float, default=PEER_TIMEOUT_S,
                     help="seconds one peer may take on one workload; past it the peer's cell says 'timed out'")
     ap.add_argument("--data-dir", default=None)

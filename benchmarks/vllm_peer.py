@@ -11,7 +11,8 @@ Timing: the engine's start-up (model load, memory profile, KV cache) is not time
 what a fresh engine would. Tokens: the tokens vLLM computed (prompt tokens - tokens its prefix cache served);
 the JSON also has ``prompt_tokens``, ``cached_tokens``, the contexts' trie tokens and ``requests``. Peak RSS
 includes the KV cache (allocated at start-up). On a CPU vLLM binds its OpenMP threads to cores itself: the
-worker names the first ``--threads`` cores this process may run on.
+worker names the first ``--threads`` cores this process may run on. A GPU build of vLLM runs on the GPU (the
+JSON's ``device``), unlike the other peers.
 
 Without vLLM installed the peers are a cell (:data:`NOT_INSTALLED`), never a crash.
 """
@@ -62,6 +63,7 @@ def notes(name: str, rows: dict) -> list[str]:
 def runner(peer: str, wl: dict, model: str):
     """(run, extra) as ``peers.py``'s worker times it: ``run(warm)`` answers the workload (or the warm-up, the
     first text's first two prompts) and returns (per prompt the label log-probs, tokens vLLM computed)."""
+    import torch
     import vllm
 
     from benchmarks import workloads
@@ -75,6 +77,7 @@ def runner(peer: str, wl: dict, model: str):
     engine = VLLMEngine(resolve_source(model), dtype="fp32", block_size=block, enforce_eager=True,
                         kv_cache_gib=KV_CACHE_GIB)
     extra = {"startup_seconds": time.perf_counter() - t0, "vllm": vllm.__version__, "block_size": block,
+             "device": "cuda" if torch.cuda.is_available() else "cpu",
              "kv_cache_gib": KV_CACHE_GIB, "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
              "engine_args": engine.mode_meta["engine"]["args"]}
 
