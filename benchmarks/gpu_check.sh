@@ -5,7 +5,9 @@
 # 4. engine benchmark (python -m benchmarks.engine --device cuda --dtype bf16) if benchmarks/engine.py exists,
 # 5. per architecture family (tests/test_families.py builders, random weights, hidden 256): the mode `auto`
 #    picks, an exactness audit against the plain forward and a throughput table (benchmarks/families.py),
-# 6. where the machine has 2+ GPUs: two torchrun ranks, each on its own GPU (benchmarks/torchrun_check.py).
+# 6. where the machine has 2+ GPUs: two torchrun ranks, each on its own GPU (benchmarks/torchrun_check.py),
+# 7. where vLLM is installed: `logitjudge score --engine vllm` against `--engine native` (bf16 and fp32) on the
+#    demo texts, max |dp| between the tables and the timings (benchmarks/vllm_check.py), in the time left.
 # Every step has its own timeout; the whole script stays under 8 minutes. A failing step does not stop
 # the later ones; the exit status is that of the first failure. Outputs go to ${OUT:-benchmarks/results}.
 # Nothing is installed when the packages import; otherwise logitjudge_kernels is made importable through
@@ -79,6 +81,20 @@ if [ -f benchmarks/engine.py ]; then
   fi
 else
   echo "=== engine_bench: benchmarks/engine.py not present, skipped" | tee -a "$OUT_DIR/summary.txt"
+fi
+
+if ! "$PYTHON" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' 2>/dev/null; then
+  echo "=== vllm_check: vLLM is not installed (docs/scale.md), skipped" | tee -a "$OUT_DIR/summary.txt"
+elif ! "$PYTHON" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  echo "=== vllm_check: no GPU visible to torch, skipped" | tee -a "$OUT_DIR/summary.txt"
+else
+  LEFT=$(( 465 - ($(date +%s) - START) ))
+  if [ "$LEFT" -gt 90 ]; then
+    step vllm_check "$LEFT" "$PYTHON" -m benchmarks.vllm_check --device cuda --dtypes bf16,fp32 \
+      --out "$OUT_DIR/vllm_check"
+  else
+    echo "=== vllm_check: skipped, only ${LEFT}s left" | tee -a "$OUT_DIR/summary.txt"
+  fi
 fi
 
 echo "=== done in $(( $(date +%s) - START ))s, status $STATUS; outputs in $OUT_DIR" | tee -a "$OUT_DIR/summary.txt"

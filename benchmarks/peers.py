@@ -19,6 +19,8 @@ Peers (each in its own subprocess, so that its peak RSS is its own):
   context prompt + label[:t]), the head only at each row's last token, fp32.
 * ``logitjudge-fp32`` / ``logitjudge-bf16`` (d): ``Engine(lm).prompt_logprobs(groups)`` with the model in fp32 /
   bf16 (read-out in fp32 either way); ``--prefix-mode`` forces a backend (e.g. ``shared`` on a Gemma-3 judge).
+* ``vllm-b16`` / ``vllm-b32`` (f): vLLM in-process (``--engine vllm``'s engine), prefix caching on, fp32, eager,
+  block size 16 / 32 (``benchmarks/vllm_peer.py``; ``--peers vllm`` names both); n/a without vLLM.
 * ``floor``: 2 x the decoder's matmul parameters (``benchmarks/judge_model.py``: q, k, v, o, gate, up, down per
   layer from the judge's config; the embedding and the head are not in it) x trie tokens (the distinct tokens any
   exact method must run, ``Workload.trie_tokens``) / the fp32 matmul rate measured here on the judge's own layer
@@ -50,7 +52,7 @@ past it is a cell of the table and of the JSON ("crashed: SIGSEGV", "timed out a
 peers' cells stay.
 torch peers use ``torch.set_num_threads(--threads)``, llama.cpp ``n_threads = n_threads_batch = --threads``.
 Tokens: (a) prompt + label[:-1] lengths of the distinct forwards; (b) rows x padded width; (c) tokens llama.cpp
-evaluated after prefix reuse; (d) ``engine.stats["tokens"]``.
+evaluated after prefix reuse; (d) ``engine.stats["tokens"]``; (f) prompt tokens - those vLLM's prefix cache served.
 Memory: the peak RSS of the peer's process (``VmHWM`` of /proc/self/status at the end; ``ru_maxrss`` would
 inherit the forking parent's RSS), model, interpreter and imports included (the llama.cpp worker imports neither
 torch nor transformers); the JSON also has the peak after loading, before the first run (``rss_setup_mib``).
@@ -66,6 +68,7 @@ in it, else skipped with the reason) or an id (no llama.cpp peer).
     python -m benchmarks.peers --model /tmp/qwen05b/qwen2.5-coder-0.5b-instruct.gguf --workloads 8x350
     python -m benchmarks.peers --quick             # 1x350 only, 1 repeat
     python -m benchmarks.peers --workloads 8x350,mtbench --repeats 5 --skip-llama
+    python -m benchmarks.peers --workloads 1x350 --peers logitjudge-fp32,vllm --repeats 2 --skip-llama
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import floor, judge_model
+from benchmarks import floor, judge_model, vllm_peer
 from benchmarks.child import run_module
 from benchmarks.peers_table import max_dp, table, targets, targets_line
 from benchmarks.timing import best_of_interleaved
@@ -225,6 +228,8 @@ def worker(args) -> None:
     injected_fault(args.worker)
     if args.worker.startswith("llama.cpp"):
         run, extra = _llama_runner(wl, args.gguf, args.threads, 64 if args.worker.endswith("b64") else 512)
+    elif args.worker in vllm_peer.PEERS:
+        run, extra = vllm_peer.runner(args.worker, wl, args.load)
     else:
         run, extra = _torch_runner(args.worker, wl, args.threads, args.load, args.prefix_mode)
     rss_setup = maxrss_mib()
@@ -263,7 +268,8 @@ def run_worker(peer: str, wl_path: Path, args, facts: dict) -> dict:
            "--prefix-mode", args.prefix_mode]
     try:
         res = run_module("peers", cmd, timeout=args.peer_timeout,
-                         env={"OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"})
+                         env={"OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false",
+                              **(vllm_peer.worker_env(args.threads) if peer in vllm_peer.PEERS else {})})
         return json.loads(out.read_text()) if res.ok else {"peer": peer, "error": res.cell}
     finally:
         out.unlink(missing_ok=True)
@@ -279,7 +285,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--slow", type=float, default=60.0, help="no more runs after one longer than this (s)")
     ap.add_argument("--skip-llama", action="store_true")
-    ap.add_argument("--peers", default=None, help="comma-separated subset of peers (plain is always run)")
+    ap.add_argument("--peers", default=None,
+                    help="comma-separated subset of peers (plain is always run; vllm: both block sizes)")
     ap.add_argument("--peer-timeout", type=float, default=PEER_TIMEOUT_S,
                     help="seconds one peer may take on one workload; past it the peer's cell says 'timed out'")
     ap.add_argument("--data-dir", default=None)
@@ -307,9 +314,10 @@ def main(argv=None) -> int:
     facts = judge_model.model_facts(args.model)
     tok = AutoTokenizer.from_pretrained(facts["checkpoint"] or facts["load"])
     lm = SimpleNamespace(tokenizer=tok, max_length=facts["max_length"])
-    peers = ["plain", "batched", "hf-prefix-cache", "llama.cpp", "logitjudge-fp32", "logitjudge-bf16"]
+    peers = ["plain", "batched", "hf-prefix-cache", "llama.cpp", "logitjudge-fp32", "logitjudge-bf16",
+             *vllm_peer.PEERS]
     if args.peers:
-        peers = ["plain"] + [p for p in args.peers.split(",") if p != "plain"]
+        peers = ["plain"] + [p for p in vllm_peer.expand(args.peers.split(",")) if p != "plain"]
     llama_reason = "--skip-llama" if args.skip_llama else facts["gguf_reason"] if not facts["gguf"] else (
         None if importlib.util.find_spec("llama_cpp") else
         "llama-cpp-python is not importable (pip install 'logitjudge[bench]')")
@@ -373,6 +381,8 @@ def main(argv=None) -> int:
             print(f"llama.cpp determinism ({name}): max abs dp between n_batch=512 and n_batch=64: "
                   f"{rows['llama.cpp-b64']['max_abs_dp_vs_n_batch_512']:.2e} (renormalised), "
                   f"{rows['llama.cpp-b64']['max_abs_dp_raw_vs_n_batch_512']:.2e} (raw)")
+        for line in vllm_peer.notes(name, rows):
+            print(line)
         if "tokenize_matches" in rows.get("llama.cpp", {}):
             r = rows["llama.cpp"]
             print(f"llama.cpp tokenizer on the first prompt: "
@@ -398,6 +408,9 @@ def peer_rows(todo: list[str], wl_path: Path, summary: dict, args, facts: dict, 
     for peer in todo:
         if peer in LLAMA_PEERS and llama_reason:
             rows[peer] = {"na": f"skipped: {llama_reason}"}
+            continue
+        if peer in vllm_peer.PEERS and vllm_peer.unavailable():
+            rows[peer] = {"na": vllm_peer.unavailable()}
             continue
         if peer == "batched" and not summary["single_token_labels"]:
             rows[peer] = {"na": "n/a (multi-token labels)"}

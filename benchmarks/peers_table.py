@@ -8,6 +8,7 @@ LABELS = {"plain": "(a) transformers, 1 forward/prompt", "batched": "(b) transfo
           "hf-prefix-cache": "(e) transformers + its own prefix cache",
           "llama.cpp": "(c) llama.cpp, prefix reuse", "llama.cpp-b64": "(c) llama.cpp, n_batch=64",
           "logitjudge-fp32": "(d) logitjudge fp32", "logitjudge-bf16": "(d) logitjudge bf16",
+          "vllm-b16": "(f) vLLM, prefix caching, block 16", "vllm-b32": "(f) vLLM, prefix caching, block 32",
           "floor": "floor (matmul rate)", "floor+attn": "floor incl. attention QK/PV",
           "bound": "bound: matmul + attention FLOPs at the FMA peak"}
 # issue 31: >= 1.3x the prefix-cache peer, >= 1.5x llama.cpp, >= 4x batched, <= 1.15x the floor incl. attention

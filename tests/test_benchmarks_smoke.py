@@ -350,3 +350,46 @@ def test_a_peer_that_crashes_or_hangs_is_a_cell_and_the_others_stay(tiny_lm, tmp
     entry = json.loads(json.dumps(peers.report_entry(summary, rows)))
     assert entry["peers"]["batched"]["error"] == "crashed: SIGSEGV" and "logprobs" not in entry["peers"]["plain"]
     assert entry["peers"]["plain"]["seconds"] == plain["seconds"]
+
+
+def test_vllm_peers_are_a_cell_without_vllm(tiny_lm, tmp_path, monkeypatch):
+    """peers.py's vLLM peers on a machine without vLLM: ``--peers vllm`` names both block sizes, and each is the
+    cell "n/a: vLLM not installed" in the rows, the table and the JSON, no worker started."""
+    import importlib.util
+
+    from benchmarks import vllm_peer
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    assert vllm_peer.expand(["plain", "vllm"]) == ["plain", "vllm-b16", "vllm-b32"]
+    wl = workloads.build("1x350", tiny_lm)
+    args = SimpleNamespace(repeats=1, threads=1, slow=60.0, prefix_mode="auto", peer_timeout=1)
+    rows = peers.peer_rows(list(vllm_peer.PEERS), tmp_path / "unused.json", wl.summary(), args, {}, None)
+    assert rows == {p: {"na": "n/a: vLLM not installed (docs/scale.md)"} for p in vllm_peer.PEERS}
+    text = peers.table("1x350", wl.summary(), rows)
+    assert "| (f) vLLM, prefix caching, block 16 | n/a: vLLM not installed (docs/scale.md) |" in text
+    assert vllm_peer.notes("1x350", rows) == []
+
+
+def test_vllm_peer_reads_the_plain_probabilities(tiny_lm, tmp_path):
+    """The ``vllm-b16`` peer (vLLM in its worker's process, prefix caching on, fp32) on the tiny judge's 1x350
+    (10 orderings of one text): every option's probability within 1e-4 of the plain forward, its tokens the
+    prompt tokens its prefix cache did not serve, and its start-up in the JSON. Skipped without vLLM."""
+    import json
+
+    pytest.importorskip("vllm")
+    judge = tmp_path / "judge"
+    tiny_lm.model.save_pretrained(judge)
+    tiny_lm.tokenizer.save_pretrained(judge)
+    wl = workloads.build("1x350", tiny_lm)
+    planned = wl.to_json()
+    wl_path = tmp_path / "1x350.json"
+    wl_path.write_text(json.dumps(planned))
+    args = SimpleNamespace(repeats=1, threads=1, slow=60.0, prefix_mode="auto", peer_timeout=300)
+    rows = peers.peer_rows(["plain", "vllm-b16"], wl_path, wl.summary(), args, {"gguf": None, "load": str(judge)},
+                           None)
+    v = rows["vllm-b16"]
+    assert "error" not in v, v.get("error")
+    assert v["max_abs_dp"] < 1e-4 and v["block_size"] == 16 and v["startup_seconds"] > 0
+    assert v["prompt_tokens"] == sum(len(p["prompt_ids"]) for g in planned["groups"] for p in g)  # 1-token labels
+    assert 0 < v["cached_tokens"] < v["prompt_tokens"] and v["tokens"] == v["prompt_tokens"] - v["cached_tokens"]
