@@ -44,8 +44,11 @@ class Context:
 
 
 def contexts_of(jobs: list[Job]) -> tuple[list[Context], list[list[tuple]]]:
-    """The distinct contexts of ``jobs`` (sorted: contexts that share a prefix are sent together) and, per
-    context, the reads it answers: (job index, token, key)."""
+    """The distinct contexts of ``jobs`` and, per context, the reads it answers: (job index, token, key). Sorted,
+    so that contexts that share a prefix go to the engine one after another: vLLM reuses a block only once a
+    request before it has computed it (requests prefilled in the same scheduler step do not share), so it runs
+    a few more tokens than the trie (1,364 against 1,258 on peers.py's 1x350, 72% of the prompt tokens from its
+    cache)."""
     asked: dict[tuple, dict[int, list]] = {}
     for j, job in enumerate(jobs):
         base = tuple(job.prefix.tokens) if job.prefix is not None else ()
