@@ -54,11 +54,13 @@ class ServedJudge:
     device: str = "cpu"
     info: dict = field(default_factory=dict)
     spec: object = None  # the [model] settings it was loaded with (the engine's): lj.score runs on them
+    served_context: int | None = None  # the engine's own context (vllm serve --max-model-len), when shorter
     model = None
 
     @property
     def max_length(self) -> int:
-        return context_length(self.config, self.tokenizer)
+        own = context_length(self.config, self.tokenizer)
+        return min(own, self.served_context) if self.served_context else own
 
     def reference(self, device: str = "cpu"):
         """The transformers model of the same weights, fp32 (the plain forward the audit compares against)."""

@@ -20,8 +20,9 @@ import torch
 
 
 class StubServer:
-    def __init__(self, model, tokenizer, name: str, *, stall_s: float = 3.0):
+    def __init__(self, model, tokenizer, name: str, *, stall_s: float = 3.0, max_model_len: int = 2048):
         self.model, self.tokenizer, self.name, self.stall_s = model, tokenizer, name, stall_s
+        self.max_model_len = max_model_len
         self.faults: dict[int, str] = {}
         self.completions = 0  # completions requests received
         self.prompts = 0  # prompts answered
@@ -77,7 +78,7 @@ class StubServer:
             def do_GET(self):
                 if self.path == "/v1/models":
                     return self._send(200, {"object": "list", "data": [{"id": stub.name, "root": stub.name,
-                                                                         "max_model_len": 2048}]})
+                                                                         "max_model_len": stub.max_model_len}]})
                 self._send(404, {"error": "not found"})
 
             def do_POST(self):

@@ -127,19 +127,20 @@ def test_refused_before_scoring_with_nothing_written(work, tmp_path, capsys):
     root, stub, _ = work
     other = StubServer(stub.model, stub.tokenizer, "other/model")
     retok = StubServer(stub.model, tiny_tokenizer("XYZ"), stub.name)  # the same name, another tokenizer
+    short = StubServer(stub.model, stub.tokenizer, stub.name, max_model_len=40)  # vllm serve --max-model-len 40
     try:
         for url, says in ((f"http://127.0.0.1:{_free_port()}", "no vLLM server answers at"),
                           (other.url, "serves 'other/model'"), (retok.url, "it serves another tokenizer"),
-                          ("http://", "is not a server address")):
+                          ("http://", "is not a server address"), (short.url, "but the model's context is 40 tokens")):
             out = tmp_path / "t.npz"
             assert _score(root, url, out) == 2
             err = capsys.readouterr().err.strip().splitlines()
             assert says in err[-1], err
             assert not out.exists() and not Path(f"{out}.partial.jsonl").exists()
-        assert other.completions == 0 and retok.completions == 0
+        assert other.completions == retok.completions == short.completions == 0
     finally:
-        other.close()
-        retok.close()
+        for server in (other, retok, short):
+            server.close()
 
 
 def test_two_runs_on_one_server_at_once(work, tmp_path):

@@ -79,6 +79,7 @@ def served_engine(model_spec, lm, *, texts: list[str], seed: int = 0):
                             pipeline_parallel=m.pipeline_parallel, enforce_eager=compile_,
                             kv_cache_gib=m.kv_cache_gib, seed=seed, reference=reference)
         engine.check(lm.tokenizer, texts)
+        lm.served_context = engine.max_model_len  # a prompt past it is refused when the run plans it
         return engine
     if kind == "http":
         from .http import HTTPEngine
@@ -86,5 +87,6 @@ def served_engine(model_spec, lm, *, texts: list[str], seed: int = 0):
         engine = HTTPEngine(m.engine, dtype=lm.dtype, token_budget=m.token_budget, concurrency=m.concurrency,
                             timeout=float(m.request_timeout), reference=reference)
         engine.check({lm.model_id, lm.source, str(lm.source).rstrip("/").rsplit("/", 1)[-1]}, lm.tokenizer, texts)
+        lm.served_context = engine.max_model_len
         return engine
     raise EngineError(f"--engine {m.engine} is logitjudge's own engine, not a serving one")

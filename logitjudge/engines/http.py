@@ -68,6 +68,8 @@ class HTTPEngine(ServedEngine):
         self._reference = reference
         self._count = threading.Lock()
         self.served = self._model()
+        ctx = self.served.get("max_model_len")
+        self.max_model_len = ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None
         self.mode_meta = {"engine": {"name": "http", "url": self.url, "served_model": self.served.get("id"),
                                      "root": self.served.get("root"), "max_model_len": self.served.get("max_model_len"),
                                      "concurrency": self.concurrency, "batch": self.batch}}

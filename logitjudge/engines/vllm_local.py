@@ -75,7 +75,8 @@ class VLLMEngine(ServedEngine):
         except Exception as e:  # noqa: BLE001 - vLLM raises many kinds; one line names the cause
             raise EngineError(f"vLLM could not start on {source!r}: {type(e).__name__}: "
                               f"{str(e).splitlines()[0][:300] if str(e) else ''}") from e
-        self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
+        config = self.llm.llm_engine.model_config
+        self.vocab_size, self.max_model_len = int(config.get_vocab_size()), int(config.max_model_len)
         self._reference = reference
         self.params = vllm.SamplingParams
         self.mode_meta = {"engine": {"name": "vllm", "version": vllm.__version__,
