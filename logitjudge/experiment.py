@@ -263,20 +263,21 @@ def load_judge(spec: Spec):
     from .distributed import rank_device
     from .engines import engine_kind
     from .model_ref import check_available
-    from .models import load_model, served_judge, set_threads
+    from .models import load_model, resolve_device, served_judge, set_threads
 
     m = spec.model
     set_threads(m.threads)
     source = model_source(spec)
     check_available(source)
-    if engine_kind(m.engine) != "native":  # the serving engine loads the weights; here the tokenizer and config
-        dtype = m.dtype if m.dtype != "auto" else ("bf16" if m.device.startswith("cuda") else "fp32")
-        lm = served_judge(source, dtype=dtype)
-        lm.spec = m
+    kind = engine_kind(m.engine)
+    if kind != "native":  # the serving engine loads the weights; here the tokenizer and config
         # where the weights run: vLLM here takes the GPUs when there are any; a server's are its own
-        lm.device = "server" if engine_kind(m.engine) == "http" else ("cuda" if torch_cuda() else "cpu")
-        lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": "a serving engine: fp32 on a CPU, "
-                                   "bf16 on a GPU" if m.dtype == "auto" else "asked for"}
+        device = "server" if kind == "http" else resolve_device("auto")
+        dtype = m.dtype if m.dtype != "auto" else ("bf16" if device == "cuda" else "fp32")
+        lm = served_judge(source, dtype=dtype)
+        lm.spec, lm.device = m, device
+        lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": "a serving engine: fp32 unless "
+                                   "vLLM runs here on a GPU" if m.dtype == "auto" else "asked for"}
         return lm
     device = rank_device(m.device)  # cuda -> cuda:LOCAL_RANK before anything is loaded
     dtype, why = resolve_dtype(m.dtype, device)  # auto: measured once per machine (cached)
@@ -286,12 +287,6 @@ def load_judge(spec: Spec):
         log.info("rank %s: judge on %s", os.environ.get("RANK", "?"), device)
     lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": why}
     return lm
-
-
-def torch_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def judge_engine(exp: Experiment, lm, *, plan=None):

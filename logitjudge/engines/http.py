@@ -48,7 +48,7 @@ def normalise_url(url: str) -> str:
     u = url.strip().rstrip("/")
     if u.endswith("/v1"):
         u = u[:-3]
-    if not u.startswith(("http://", "https://")) or "://" not in u or not u.split("://", 1)[1]:
+    if not u.startswith(("http://", "https://")) or not u.split("://", 1)[1]:
         raise EngineError(f"--engine {url!r} is not a server address; use e.g. --engine http://127.0.0.1:8000")
     return u
 

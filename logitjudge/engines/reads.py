@@ -113,9 +113,6 @@ class ServedEngine:
         """The native kernel dispatcher's record: a serving engine runs none of logitjudge's kernels."""
         return {}
 
-    def close(self) -> None:
-        """Let go of the engine's resources (a server's connections, an in-process engine's memory)."""
-
     # ---- the seam ----------------------------------------------------------------------------------------------
     def evaluate(self, jobs: list[Job]) -> list[JobResult]:
         """Every read of every job, as :meth:`logitjudge.engine.Engine.evaluate` answers it."""

@@ -107,11 +107,3 @@ class VLLMEngine(ServedEngine):
         if self._reference is None:
             raise EngineError("the exactness audit needs the same weights in transformers; none was given")
         return self._reference()
-
-    def close(self) -> None:
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            del llm
-            import gc
-
-            gc.collect()
