@@ -46,6 +46,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def _quiet(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no start line, no progress bar: warnings only")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also the kernels' own route measurements (which route each kernel takes, and why)")
 
 
 FORCE_HELP = ("replace an existing file at an output path even when it is not a file this command writes there "
@@ -316,6 +318,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if getattr(args, "quiet", False) else logging.INFO,
                         format="logitjudge: %(message)s", stream=sys.stderr, force=True)
+    # the kernels measure and choose their routes themselves: the screen shows that only when asked
+    logging.getLogger("logitjudge_kernels").setLevel(logging.DEBUG if getattr(args, "verbose", False)
+                                                     else logging.WARNING)
     previous = signal.signal(signal.SIGTERM, _sigterm) if _main_thread() else None
     try:
         return COMMANDS[args.cmd](args)

@@ -95,11 +95,31 @@ def _read(tokenizer) -> Convention:
         return Convention(bool(flags["add_bos"]), bos_id, bos, bool(flags.get("add_eos")), eos_id, eos,
                           f"the GGUF's tokenizer.ggml.add_bos_token ({RECORD})")
     seen_bos, seen_eos = observed(tokenizer)
-    kwargs = getattr(tokenizer, "init_kwargs", {}) or {}
-    if isinstance(kwargs.get("add_bos_token"), bool):
-        return Convention(kwargs["add_bos_token"], bos_id, bos, bool(kwargs.get("add_eos_token", seen_eos)), eos_id,
-                          eos, "tokenizer_config.json add_bos_token")
+    config = tokenizer_config(getattr(tokenizer, "name_or_path", "") or "")
+    if isinstance(config.get("add_bos_token"), bool):
+        add_eos = config.get("add_eos_token")
+        return Convention(config["add_bos_token"], bos_id, bos, add_eos if isinstance(add_eos, bool) else seen_eos,
+                          eos_id, eos, "tokenizer_config.json add_bos_token")
     return Convention(seen_bos, bos_id, bos, seen_eos, eos_id, eos, "the tokenizer's post-processor")
+
+
+def tokenizer_config(name: str) -> dict:
+    """The judge's tokenizer_config.json as its files hold it: a folder's, or a hub id's in the local cache (no
+    download); {} where there is none. Read directly: transformers keeps ``add_bos_token`` from it in some
+    versions and drops it in others."""
+    path = Path(name) / "tokenizer_config.json"
+    if not path.is_file() and name and not Path(name).exists():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            hit = try_to_load_from_cache(name, "tokenizer_config.json")
+            path = Path(hit) if isinstance(hit, str) else path
+        except Exception:  # noqa: BLE001 - not a hub id, or no cache: the tokenizer's own behaviour decides
+            return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def first_tokens(ids: list, offsets: list, conv: Convention, *, judge: str = "the judge",

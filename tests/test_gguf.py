@@ -53,6 +53,9 @@ def test_interrupted_conversion_then_gguf_route(env, tmp_path, monkeypatch, caps
     out = tmp_path / "t.npz"
     assert main(["score", "--model", str(path), "--texts", str(texts), "--out", str(out), *ARGS]) == 0
     assert lj_gguf.converted(target) and [p.name for p in target.parent.iterdir()] == [target.name]
+    record = lj_gguf.read_record(target)  # the GGUF's own BOS flag, kept whatever transformers converted it
+    assert record["converter"] == lj_gguf.CONVERTER and record["tokens"]["add_bos"] is True
+    assert all(ids[0] == record["tokens"]["bos_id"] == 2 for ids in record["probe_ids"])
     t = ScoreTable.load(out)
     assert t.shape == (2, 1, 2, 5) and np.allclose(t.probs.sum(-1), 1)
     assert t.meta["model_id"] == str(path) and lj_gguf.sha256_file(path) in t.meta["model_source"]["gguf"]

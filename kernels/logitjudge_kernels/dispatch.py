@@ -377,7 +377,8 @@ class Kernel:
         rates = {n: work / t / 1e9 if t > 0 else float("inf") for n, t in best.items() if n not in not_exact}
         choice = min(rates, key=lambda n: best[n])
         for name, why in not_exact.items():
-            log.warning("%s: %s is not exact here (%s); it is not used", self.name, name, why)
+            # the kernels' own choice among routes, not something the user asked for: the log, not the screen
+            log.info("%s: %s is not exact here (%s); it is not used", self.name, name, why)
         decision = {"choice": choice, "why": "measured fastest", "unit": self.unit,
                     "rates": {n: float(f"{r:.4g}") for n, r in rates.items()},
                     "seconds": {n: best[n] for n in rates}, "statistic": "median" if self.typical else "min",
