@@ -32,10 +32,8 @@ def items(texts, prefix="t", context=None):
 
 
 @pytest.fixture(scope="module")
-def judge():
-    from conftest import fresh_tiny_lm
-
-    return fresh_tiny_lm()
+def judge(tiny_lm):
+    return tiny_lm  # the session's tiny random-weight Gemma-3 (nothing here changes it)
 
 
 @pytest.fixture(scope="module")
