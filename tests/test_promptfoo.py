@@ -72,6 +72,7 @@ def test_promptfoo_eval_scores_equal_lj_score(judge, tmp_path):
     got = {r["vars"]["answer"]: r["gradingResult"]["componentResults"][0] for r in results}
     for answer, want in zip(ANSWERS, expected_scores(judge)):
         g = got[answer]
-        assert g["pass"] is True and g["score"] == pytest.approx(want, abs=1e-9), g
+        # promptfoo sends one item per request (merged or not): fp32 rounding of other batch shapes only
+        assert g["pass"] is True and g["score"] == pytest.approx(want, abs=1e-6), g
         assert g["namedScores"].keys() >= {"Quality_expected", "Quality_hold", "Quality_debiased"}
         assert "order-averaged over 10 balanced orders" in g["reason"]
