@@ -1,4 +1,4 @@
-"""Command line: logitjudge score | analyze | run | probe | compare | rank | demo (also python -m logitjudge).
+"""Command line: logitjudge score | analyze | run | probe | compare | rank | serve | demo (also python -m logitjudge).
 
 score and probe build a spec from their flags and run it as run runs a TOML spec; the flags, their choices,
 defaults and help are the fields of logitjudge.spec. run takes the same --limit, --threads, --token-budget,
@@ -142,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_rank_flags(command("rank", "rank each prompt's candidates from a score table and the probability that the "
                                    "pick holds under random orders; leaderboards (--systems)"))
+
+    from .serve import add_serve_flags  # the service's flags live with it
+
+    add_serve_flags(command("serve", "serve the judge over HTTP: /v1/judge (order-averaged exact scores), /v1/score "
+                                     "(SGLang's shape), /health, /v1/models (docs/integrations.md)"))
 
     d = command("demo", "score the built-in texts with the built-in rubric on gemma-3-270m")
     d.add_argument("--out", default="out/demo", help="report folder")
@@ -296,6 +301,12 @@ def cmd_demo(args) -> int:
     return run_demo(args.out, model=args.model)
 
 
+def cmd_serve(args) -> int:
+    from .serve import cmd_serve as run_serve
+
+    return run_serve(args)
+
+
 def cmd_rank(args) -> int:
     from .rank_cli import cmd_rank as run_rank
 
@@ -303,7 +314,7 @@ def cmd_rank(args) -> int:
 
 
 COMMANDS = {"score": cmd_score, "analyze": cmd_analyze, "run": cmd_run, "demo": cmd_demo, "probe": cmd_probe,
-            "compare": cmd_compare, "rank": cmd_rank}
+            "compare": cmd_compare, "rank": cmd_rank, "serve": cmd_serve}
 
 
 class UsageError(LogitJudgeError, ValueError):
