@@ -16,8 +16,9 @@ from .spec import Experiment, SpecError, model_source
 def preflight(exp: Experiment, lm=None):
     """The checks that need the judge's tokenizer and config but not its weights, run before the model loads:
     the labels (token prefixes of each other, labels the tokenizer cannot produce), every item's prompts against
-    the model's context, and the probe's layers against the model's layer count; first, without the tokenizer,
-    :func:`check_run_files`. ``lm``: a judge already loaded (the Python API), whose tokenizer and config are
+    the model's context and the judge's token convention (:mod:`logitjudge.tokens`: one BOS first where the judge
+    expects one, mended or refused as each prompt is encoded; the plan's ``mends`` go into the table's meta), and
+    the probe's layers against the model's layer count; first, without the tokenizer, :func:`check_run_files`. ``lm``: a judge already loaded (the Python API), whose tokenizer and config are
     checked before any item is scored.
 
     Returns the run's :class:`~logitjudge.requests.RequestPlan`, whose prompts read here stay encoded for the
