@@ -75,7 +75,8 @@ def load_judge(model: str = "gemma-3-270m", *, dtype: str = "fp32", device: str 
     a built-in alias (gemma-3-270m), ``ollama:NAME[:TAG]``, a GGUF file, a local folder or a Hugging Face id
     (``ORG/NAME[@REVISION]``); any other value is refused in one line before anything loads. ``dtype``: fp32
     (exact), bf16, fp16 or auto; ``device``: cpu, cuda, cuda:N or auto; ``threads``: torch CPU threads (None:
-    $OMP_NUM_THREADS, else the usable CPUs). ``engine``: native, vllm or http://HOST:PORT (``--engine``);
+    $OMP_NUM_THREADS, else the usable CPUs). ``engine``: native, vllm, http://HOST:PORT (``vllm+http://`` too) or
+    another name registered in :data:`logitjudge.engines.ENGINES` (``--engine``);
     ``engine_options``: the engine's other [model] settings by name (block_size, tensor_parallel,
     pipeline_parallel, vllm_compile, kv_cache_gib, concurrency, request_timeout). Returns a
     :class:`logitjudge.models.LoadedModel`, or for a serving engine a :class:`logitjudge.models.ServedJudge` (the

@@ -18,7 +18,7 @@ import torch
 from . import faults
 from . import trie as trie_mod
 from .errors import LogitJudgeError
-from .judge import MODES, ModeError, PrefixKV, backend_for
+from .judge import MODES, ModeError, PrefixKV, backend_for, default_audit_prompts
 from .prompts import EncodedPrompt
 
 # below an item's prefix, trie segments shorter than this run once per branch on a backend that runs one prefix's
@@ -85,6 +85,8 @@ class Engine:
     together whatever they continue), :data:`PER_PREFIX_MIN_SHARED` for one that runs a prefix's rows per call.
     """
 
+    name = "native"  # its name in the engines' registry (logitjudge.engines.ENGINES)
+
     def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "auto", min_shared: int | None = None):
         modes = ["auto", *MODES]
         if prefix_mode not in modes:
@@ -120,6 +122,28 @@ class Engine:
     def kernels(self) -> dict:
         """The kernel dispatcher's record of what the backend ran (the table's ``kernels`` meta)."""
         return self.backend.kernels()
+
+    # ---- what a run asks of every engine besides the reads (logitjudge.engines.base.Engine) -----------------
+    def meta(self) -> dict:
+        return engine_meta(self)
+
+    def reference(self):
+        """The judge's own weights: the plain forward runs the model this engine computes."""
+        return self.model
+
+    def audit_defaults(self) -> tuple[int, float]:
+        """No audit for an architecture the parity tests hold (else 3 prompts); fp32's tolerance or, for bf16/fp16
+        weights, theirs."""
+        from .verify import default_tol
+
+        return default_audit_prompts(self.model), default_tol(self.model)
+
+    def record_audit(self, result) -> None:
+        self.mode_meta.update(result.meta())
+
+    def internals(self):
+        """The backend: the probe runs its forward, hook points and read-out."""
+        return self.backend
 
     # ---- core ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -264,6 +288,13 @@ class Engine:
         """For each group (an item's prompts) and prompt: log-probability of each whole label continuation."""
         res = self.evaluate([prompt_job(g) for g in groups])
         return [[continuation_logprobs(r.logprobs, ep, p) for p, ep in enumerate(g)] for g, r in zip(groups, res)]
+
+
+def engine_meta(engine) -> dict:
+    """An engine's part of the table's meta (:meth:`Engine.meta`), in the order the run writes it."""
+    return {"prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
+            "batch_tokens": engine.batch_tokens, "kernels": engine.kernels(), "engine_stats": dict(engine.stats),
+            **engine.mode_meta}
 
 
 def _check_finite(lp: np.ndarray, reads: list) -> None:

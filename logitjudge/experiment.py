@@ -63,8 +63,6 @@ their flags (the table, or the probe table, at ``--out``).
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -76,8 +74,6 @@ from .selection import load_items, plan_orders
 from .spec import Experiment, Spec, SpecError, from_dict, model_source, relative
 from .table import ScoreTable
 from .tomlfile import read_toml
-
-log = logging.getLogger("logitjudge")
 
 __all__ = ["Experiment", "OpenExperiment", "SpecError", "load_spec", "open_experiment", "prepare", "run_experiment",
            "score_experiment"]
@@ -257,55 +253,37 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
 
 
 def load_judge(spec: Spec):
-    """The judge model of a (validated) spec; an unreachable id fails in one line before any loading. Under
-    torchrun each rank loads it on its own GPU (:func:`logitjudge.distributed.rank_device`)."""
-    from .autodtype import resolve_dtype
-    from .distributed import rank_device
-    from .engines import engine_kind
+    """The judge model of a (validated) spec, as its engine needs it (:meth:`EngineConfig.load_judge
+    <logitjudge.engines.base.EngineConfig.load_judge>`: the weights, or the tokenizer and config where the engine
+    loads them); an unreachable id fails in one line before any loading."""
+    from .engines import engine_config
     from .model_ref import check_available
-    from .models import load_model, resolve_device, served_judge, set_threads
+    from .models import set_threads
 
-    m = spec.model
-    set_threads(m.threads)
+    set_threads(spec.model.threads)
     source = model_source(spec)
     check_available(source)
-    kind = engine_kind(m.engine)
-    if kind != "native":  # the serving engine loads the weights; here the tokenizer and config
-        # where the weights run: vLLM here takes the GPUs when there are any; a server's are its own
-        device = "server" if kind == "http" else resolve_device("auto")
-        dtype = m.dtype if m.dtype != "auto" else ("bf16" if device == "cuda" else "fp32")
-        lm = served_judge(source, dtype=dtype)
-        lm.spec, lm.device = m, device
-        lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": "a serving engine: fp32 unless "
-                                   "vLLM runs here on a GPU" if m.dtype == "auto" else "asked for"}
-        return lm
-    device = rank_device(m.device)  # cuda -> cuda:LOCAL_RANK before anything is loaded
-    dtype, why = resolve_dtype(m.dtype, device)  # auto: measured once per machine (cached)
-    lm = load_model(source, dtype=dtype, device=device, quantize=m.quantize,
-                    attn_implementation=m.attn_implementation)
-    if device != m.device:
-        log.info("rank %s: judge on %s", os.environ.get("RANK", "?"), device)
-    lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": why}
-    return lm
+    return engine_config(spec.model).load_judge(source, spec.model)
 
 
 def judge_engine(exp: Experiment, lm, *, plan=None):
-    """The engine of the spec's [model] settings (its backend computes the model exactly or is refused), after
-    the exactness audit on the run's prompts (``plan``: its :class:`~logitjudge.requests.RequestPlan`, read and
-    left there for the run; multi-criteria runs are audited on the same items' single-criterion prompts)."""
-    from .engine import Engine
-    from .engines import engine_kind, served_engine
+    """The engine of the spec's [model] settings (the native engine's backend computes the model exactly or is
+    refused; a served engine is checked against the judge on a prompt and its labels, as the run will send them),
+    after the exactness audit on the run's prompts (``plan``: its :class:`~logitjudge.requests.RequestPlan`, read
+    and left there for the run; multi-criteria runs are audited on the same items' single-criterion prompts)."""
+    from .engines import engine_config
     from .prompts import load_template
     from .requests import RequestPlan
     from .verify import audit_plan, audit_run
 
     od, pr, m = exp.spec.orderings, exp.spec.prompts, exp.spec.model
-    if engine_kind(m.engine) == "native":
-        engine = Engine(lm, token_budget=m.token_budget, prefix_mode=m.prefix_mode)
-    else:  # checked against the judge on a prompt and its labels, as the run will send them
+
+    def texts() -> list[str]:  # the first prompt and its labels, for an engine that checks how it reads them
         first = (run_plan(exp, lm, plan) if not pr.multi_criteria else
                  RequestPlan(lm, load_template(None), exp.rubric, exp.items, exp.option_orders)).prompt(0, 0)
-        engine = served_engine(m, lm, texts=[first.prompt_text, *first.continuations], seed=od.seed)
+        return [first.prompt_text, *first.continuations]
+
+    engine = engine_config(m).make(lm, texts=texts, seed=od.seed)
     if pr.multi_criteria:
         audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None, m.verify, rng=od.seed)
     else:

@@ -35,6 +35,11 @@ class LoadedModel:
     info: dict = field(default_factory=dict)
 
     @property
+    def config(self):
+        """The model's config (a served judge's is read without weights: :class:`ServedJudge` has the same)."""
+        return self.model.config
+
+    @property
     def max_length(self) -> int:
         return context_length(self.model.config, self.tokenizer)
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from .candidates import POINTWISE, Row, candidate_ids, check_paradigm
-from .engine import Engine
+from .engine import Engine as NativeEngine
+from .engines.base import Engine
 from .orderings import validate
 from .prompts import default_template, load_template
 from .requests import RequestPlan
@@ -50,7 +51,7 @@ class CandidateRun(Run):
         n = self.n_candidates + bool(self.template.tie_label)
         self.option_orders = validate(option_orders, n, per_item=True, n_items=len(rows))
         self.lm, self.rubric, self.items = lm, rubric, [r.item for r in rows]
-        self.engine = engine or Engine(lm)
+        self.engine = engine or NativeEngine(lm)
         self.out, self.progress, self.meta = out, progress, dict(meta or {})
         self.request_plan = self._request_plan(request_plan, self.rows)
         self.criterion_orders = np.tile(np.arange(rubric.n_criteria), (self.option_orders.shape[-2], 1))

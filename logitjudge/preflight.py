@@ -18,8 +18,9 @@ def preflight(exp: Experiment, lm=None):
     the labels (token prefixes of each other, labels the tokenizer cannot produce), every item's prompts against
     the model's context and the judge's token convention (:mod:`logitjudge.tokens`: one BOS first where the judge
     expects one, mended or refused as each prompt is encoded; the plan's ``mends`` go into the table's meta), and
-    the probe's layers against the model's layer count; first, without the tokenizer, :func:`check_run_files`. ``lm``: a judge already loaded (the Python API), whose tokenizer and config are
-    checked before any item is scored.
+    the probe's layers against the model's layer count; first, without the tokenizer, :func:`check_run_files`.
+    ``lm``: a judge already loaded (the Python API), whose tokenizer and config are checked before any item is
+    scored.
 
     Returns the run's :class:`~logitjudge.requests.RequestPlan`, whose prompts read here stay encoded for the
     run; None for multi-criteria (its later slots follow the judge's answers: the run encodes them)."""
@@ -28,7 +29,7 @@ def preflight(exp: Experiment, lm=None):
 
     check_run_files(exp)
     if lm is not None:
-        tokenizer, config = lm.tokenizer, lm.model.config if lm.model is not None else lm.config  # served: no weights
+        tokenizer, config = lm.tokenizer, lm.config
     else:
         source = model_source(exp.spec)
         tokenizer, config = load_tokenizer(source), load_config(source)

@@ -32,7 +32,9 @@ import numpy as np
 
 from . import distributed, provenance
 from .checkpoint import ARRAYS, SCORES, Checkpoint, CheckpointError, scan
-from .engine import Engine, EngineError, Job, NonFiniteError
+from .engine import Engine as NativeEngine
+from .engine import EngineError, Job, NonFiniteError
+from .engines.base import Engine
 from .errors import LogitJudgeError, ProbeError
 from .orderings import fixed, validate
 from .probe.patching import KINDS, make_sites
@@ -134,7 +136,7 @@ class Run:
         self.option_orders = validate(fixed(n) if option_orders is None else option_orders, n, per_item=True,
                                       n_items=len(items))
         self.lm, self.items, self.rubric = lm, list(items), rubric
-        self.engine = engine or Engine(lm)
+        self.engine = engine or NativeEngine(lm)
         self.out, self.progress, self.meta = out, progress, dict(meta or {})
 
     def _request_plan(self, given: RequestPlan | None, units: list) -> RequestPlan:
@@ -385,10 +387,10 @@ class ProbeRun(Run):
         self._setup(lm, items, rubric, option_orders, template or default_template(False), engine, out, progress,
                     meta)
         self.probes = check_probe_args(probes, self.option_orders, pairs=pairs, kinds=kinds)
-        if not hasattr(self.engine, "backend"):
-            raise ProbeError(f"probing reads the judge's internals, which the {self.engine.prefix_mode} engine does "
+        backend = self.backend = self.engine.internals()
+        if backend is None:
+            raise ProbeError(f"probing reads the judge's internals, which the {self.engine.name} engine does "
                              "not expose; probe with the native engine")
-        backend = self.engine.backend
         L = backend.n_layers
         self.layers = list(range(L)) if hidden_layers is None else sorted(int(x) for x in hidden_layers)
         if any(not 0 <= x < L for x in self.layers):
@@ -408,7 +410,7 @@ class ProbeRun(Run):
         not have, other arrays than the probes make, or arrays whose leading dimensions are not the run's."""
         if item_id not in {it.id for it in self.items}:
             return "not an item of this run"
-        b, K, n = self.engine.backend, self.option_orders.shape[-2], self.rubric.n_options
+        b, K, n = self.backend, self.option_orders.shape[-2], self.rubric.n_options
         want = {"probs": (K, n)}
         if "lens" in self.probes:
             want["lens_logprobs"] = (K, b.n_layers, n)
@@ -437,12 +439,12 @@ class ProbeRun(Run):
         i = idx[0]
         prompts = probe_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i),
                                 self.template, criterion=self.criterion)
-        return [probe_item(self.engine.backend, prompts, self.probes, pairs=self.pairs, sites=self.sites,
+        return [probe_item(self.backend, prompts, self.probes, pairs=self.pairs, sites=self.sites,
                            hidden_layers=self.layers, token_budget=self.engine.token_budget)]
 
     def table(self, done: dict, elapsed: float, world_size: int = 1) -> ProbeTable:
         """The ProbeTable of finished records ``{item_id: {name: array}}``, in the items' order."""
-        crit, backend = self.rubric.criteria[self.criterion], self.engine.backend
+        crit, backend = self.rubric.criteria[self.criterion], self.backend
         first = RequestPlan(self.lm, self.template, self.rubric, self.items[:1], orders_of(self.option_orders, 0))
         meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed, first)
         meta.update(fingerprint=self.fingerprint, world_size=world_size, n_layers=backend.n_layers,
@@ -458,23 +460,27 @@ class ProbeRun(Run):
                           site_head=self.sites.head, meta=meta, **stack)
 
 
-def run_meta(lm, rubric, template, engine, elapsed: float, plan: RequestPlan) -> dict:
-    """The table's meta: the judge, its tokens (``plan``: the run's prompts, :func:`token_meta`), the design, the
-    engine and its kernels, the versions and timings."""
+ENGINE_HEAD = ("prefix_mode", "token_budget", "batch_tokens")  # the engine's meta keys written before the run's own
+
+
+def run_meta(lm, rubric, template, engine: Engine, elapsed: float, plan: RequestPlan) -> dict:
+    """The table's meta: the judge, its tokens (``plan``: the run's prompts, :func:`token_meta`), rubric and
+    template, the engine's :meth:`~logitjudge.engines.base.Engine.meta` and the versions, in the order tables have
+    always written them."""
     import torch
     import transformers
 
     from . import __version__
 
+    em = engine.meta()
     return {"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype, "device": lm.device,
             "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
-            "chat": chat_meta(template, lm.tokenizer), "tokens": token_meta(plan),
-            "prefix_mode": engine.prefix_mode, "token_budget": engine.token_budget,
-            "batch_tokens": engine.batch_tokens, "torch_threads": torch.get_num_threads(),
-            "kernels": engine.kernels(),
+            "chat": chat_meta(template, lm.tokenizer), "tokens": token_meta(plan), **{k: em[k] for k in ENGINE_HEAD},
+            "torch_threads": torch.get_num_threads(), "kernels": em["kernels"],
             "versions": {"logitjudge": __version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "numpy": np.__version__},
-            "timings": {"score_seconds": elapsed}, "engine_stats": dict(engine.stats), **engine.mode_meta,
+            "timings": {"score_seconds": elapsed},
+            **{k: v for k, v in em.items() if k not in (*ENGINE_HEAD, "kernels")},  # engine_stats, its own
             "dtype_choice": {**lm.info.get("dtype_choice", {"asked": lm.dtype, "chosen": lm.dtype}),
                              "gemm_route": engine.gemm_route}}
 

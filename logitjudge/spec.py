@@ -69,8 +69,8 @@ class ModelSpec:
     quantize: str | None = opt(None, "bitsandbytes quantization, CUDA only", choices=("4bit", "8bit"),
                                example='"4bit"')
     engine: str = opt("native", "what computes the judge: native (logitjudge's own engine), vllm (vLLM in this "
-                      "process: pip install 'logitjudge[vllm]') or http://HOST:PORT (a running vllm serve); "
-                      "docs/scale.md says which to choose", example='"vllm"')
+                      "process: pip install 'logitjudge[vllm]') or http://HOST:PORT (a running vllm serve; "
+                      "vllm+http://HOST:PORT says so); docs/scale.md says which to choose", example='"vllm"')
     block_size: int | None = opt(None, "vllm: the prefix cache's block in tokens (a prefix is reused in whole "
                                  "blocks); unset: 32 on a CPU, vLLM's default on a GPU", kind="int", minimum=1,
                                  example="32")

@@ -24,7 +24,8 @@ import itertools
 
 import numpy as np
 
-from .engine import Engine, Job, NonFiniteError, continuation_logprobs, distribution, label_reads, prompt_job
+from .engine import Job, NonFiniteError, continuation_logprobs, distribution, label_reads, prompt_job
+from .engines.base import Engine
 from .errors import LogitJudgeError
 from .prompts import EncodedPrompt
 from .requests import encode, slot_request

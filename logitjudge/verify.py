@@ -83,7 +83,7 @@ def verify_exactness(engine, groups: list, n: int, *, rng=0, tol: float = DEFAUL
     chosen = sorted(tuple(pairs[i]) for i in gen.choice(len(pairs), size=min(n, len(pairs)), replace=False))
     used = sorted({g for g, _ in chosen})
     fast = dict(zip(used, engine.prompt_logprobs([groups[g] for g in used])))
-    model = engine.model if engine.model is not None else engine.reference()  # a serving engine: transformers
+    model = engine.reference()  # the same weights in transformers, in this process
     worst, where = 0.0, None
     for g, p in chosen:
         ref = plain_prompt_logprobs(model, [groups[g][p]])[0]
@@ -103,8 +103,9 @@ def audit_run(engine, lm, items, rubric, option_orders, template, n: int | None,
               tol: float | None = None) -> AuditResult:
     """The audit before a run: ``n`` prompts (None: :func:`~logitjudge.judge.default_audit_prompts`)
     drawn from up to ``n`` random items' single-criterion prompts (``template``: a Template, a name or None for
-    the default); the result goes into ``engine.mode_meta`` (copied into the table's meta). ``tol`` None:
-    :func:`default_tol`. Raises :class:`ExactnessError` when it fails."""
+    the default); the result goes to ``engine.record_audit`` (the table's meta). ``n`` / ``tol`` None: the
+    engine's ``audit_defaults()`` (the native engine's tolerance: :func:`default_tol`). Raises
+    :class:`ExactnessError` when it fails."""
     from .prompts import load_template
     from .requests import RequestPlan
 
@@ -116,16 +117,11 @@ def audit_plan(engine, plan, n: int | None, *, rng=0, tol: float | None = None) 
     """:func:`audit_run` on a run's :class:`~logitjudge.requests.RequestPlan` (its items, or the candidate rows of
     a pairwise / listwise run): ``n`` prompts drawn from up to ``n`` random units, read from the plan (and kept
     there for the run)."""
-    from .judge import default_audit_prompts
-
-    served = engine.model is None  # a serving engine: its weights are not in this process
-    n = (0 if served else default_audit_prompts(engine.model)) if n is None else n
+    n_default, tol_default = engine.audit_defaults()  # the engine's: none for a served engine unless asked
+    n = n_default if n is None else n
     gen = np.random.default_rng(rng)
     picked = sorted(gen.choice(len(plan), size=min(n, len(plan)), replace=False)) if n else []
     groups = [plan.prompts(i) for i in picked]
-    if tol is None:
-        tol = (DEFAULT_TOL if engine.dtype == "fp32" else LOW_PRECISION_TOL) if served else default_tol(engine.model)
-    res = verify_exactness(engine, groups, n, rng=gen, tol=tol)
-    if hasattr(engine, "mode_meta"):
-        engine.mode_meta.update(res.meta() if res.n_prompts or not served else {"exactness_audit": NOT_AUDITED})
+    res = verify_exactness(engine, groups, n, rng=gen, tol=tol_default if tol is None else tol)
+    engine.record_audit(res)
     return res

@@ -23,12 +23,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from ..engine import EngineError
-from .reads import Context, ServedEngine
+from .base import refuse_native_settings
+from .reads import Context, ServedEngine, load_served_judge, reference_loader
 
 log = logging.getLogger("logitjudge.engines")
 
@@ -43,9 +47,15 @@ class Retry(Exception):
     """A failure worth sending the same request again for."""
 
 
+PROTOCOL = "vllm"  # the server protocol this engine speaks: vllm+http://HOST:PORT, or plain http://HOST:PORT
+
+
 def normalise_url(url: str) -> str:
-    """``http://HOST:PORT`` without a trailing slash or ``/v1``; refused in one line if it is not one."""
+    """``http://HOST:PORT`` without a trailing slash or ``/v1`` (nor ``vllm+``, which names the protocol); refused
+    in one line if it is not one."""
     u = url.strip().rstrip("/")
+    if u.startswith(f"{PROTOCOL}+"):
+        u = u[len(PROTOCOL) + 1:]
     if u.endswith("/v1"):
         u = u[:-3]
     if not u.startswith(("http://", "https://")) or not u.split("://", 1)[1]:
@@ -53,12 +63,56 @@ def normalise_url(url: str) -> str:
     return u
 
 
+@dataclass(frozen=True)
+class HTTPConfig:
+    """``--engine http://HOST:PORT`` (or ``vllm+http://HOST:PORT``)'s [model] settings: ``engine`` (the address as
+    given), ``dtype`` (the server's precision), ``token_budget``, ``concurrency`` and ``request_timeout``;
+    ``device``: where the audit's reference runs; ``prefix_mode`` / ``quantize``: the native engine's, refused."""
+
+    name: ClassVar[str] = "http"
+    engine: str
+    dtype: str = "fp32"
+    device: str = "cpu"
+    token_budget: int = 16384
+    concurrency: int = 8
+    request_timeout: int = 300
+    prefix_mode: str = "auto"
+    quantize: str | None = None
+
+    def __post_init__(self):
+        normalise_url(self.engine)  # not an address: refused here, before anything loads
+
+    @classmethod
+    def from_spec(cls, model_spec) -> HTTPConfig:
+        m = model_spec
+        return cls(m.engine, m.dtype, m.device, m.token_budget, m.concurrency, m.request_timeout, m.prefix_mode,
+                   m.quantize)
+
+    def check(self, *, probing: bool) -> None:
+        refuse_native_settings(f"--engine {self.engine}", prefix_mode=self.prefix_mode, quantize=self.quantize,
+                               probing=probing)
+
+    def load_judge(self, source: str, model_spec):
+        """The tokenizer and config: the server holds the weights."""
+        return load_served_judge(source, model_spec, device="server")
+
+    def make(self, lm, *, texts: Callable[[], list[str]], seed: int = 0) -> HTTPEngine:
+        """The server at ``engine``, checked before anything is scored: it serves the judge, tokenizes
+        ``texts()`` (a prompt, its labels) as the judge does, and its context bounds the judge's."""
+        engine = HTTPEngine(self.engine, dtype=lm.dtype, token_budget=self.token_budget,
+                            concurrency=self.concurrency, timeout=float(self.request_timeout),
+                            reference=reference_loader(lm, self.device))
+        engine.check({lm.model_id, lm.source, str(lm.source).rstrip("/").rsplit("/", 1)[-1]}, lm.tokenizer, texts())
+        lm.served_context = engine.max_model_len
+        return engine
+
+
 class HTTPEngine(ServedEngine):
     """A vLLM server at ``url``. ``dtype``: the precision the server was started with (its meta and the audit's
     tolerance). ``concurrency``: requests in flight; ``batch``: prompts per request; ``timeout``: seconds a
     request may stall; ``retries``: further tries of a failed request."""
 
-    prefix_mode = "http"
+    name = "http"
 
     def __init__(self, url: str, *, dtype: str = "fp32", token_budget: int = 16384, concurrency: int = 8,
                  batch: int = 32, timeout: float = 300.0, retries: int = 3, reference=None):

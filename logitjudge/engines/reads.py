@@ -8,8 +8,9 @@ share a first token share that request; a multi-token label is one request per f
 keys return the context's token ids (:class:`TokenPrefix`): a later job continues them, and the serving engine's
 prefix cache, not logitjudge, holds their keys and values.
 
-:class:`ServedEngine` is what :class:`~logitjudge.run.Run` needs of an engine (``evaluate``, ``prompt_logprobs``,
-``planned_tokens``, the counters and the meta); a subclass answers :meth:`ServedEngine.read`.
+:class:`ServedEngine` is what :class:`~logitjudge.run.Run` needs of an engine (:class:`~logitjudge.engines.base.Engine`:
+``evaluate``, ``prompt_logprobs``, ``planned_tokens``, the counters and the meta); a subclass answers
+:meth:`ServedEngine.read`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import faults
-from ..engine import EngineError, Job, JobResult, NonFiniteError, continuation_logprobs, prompt_job
+from ..engine import EngineError, Job, JobResult, NonFiniteError, continuation_logprobs, engine_meta, prompt_job
 
 # vLLM's bound on the label ids one request may read (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS)
 MAX_LABEL_IDS = 128
@@ -82,14 +83,15 @@ def trie_tokens(contexts: list[Context]) -> int:
 
 
 class ServedEngine:
-    """An engine that serves label reads by requests (a subclass answers :meth:`read`). ``prefix_mode`` names
-    it in the table's meta and fingerprint; ``token_budget`` sizes the run's batches of items (the prompt tokens
-    one :meth:`evaluate` call sends at most, before the engine's prefix cache)."""
+    """An engine that serves label reads by requests (a subclass answers :meth:`read`): a
+    :class:`logitjudge.engines.base.Engine`. ``name`` (its registry name) is also its ``prefix_mode`` in the table's
+    meta and fingerprint; ``token_budget`` sizes the run's batches of items (the prompt tokens one :meth:`evaluate`
+    call sends at most, before the engine's prefix cache). Its weights are not in this process: the audit loads
+    them in transformers (:meth:`reference`)."""
 
-    prefix_mode = "served"
+    name = "served"
     gemm_route = None
     batch_tokens = None
-    model = None  # the weights live in the serving engine (the audit loads them in transformers: reference())
 
     def __init__(self, *, token_budget: int, dtype: str):
         if int(token_budget) != token_budget or token_budget < 1:
@@ -112,6 +114,30 @@ class ServedEngine:
     def kernels(self) -> dict:
         """The native kernel dispatcher's record: a serving engine runs none of logitjudge's kernels."""
         return {}
+
+    @property
+    def prefix_mode(self) -> str:
+        return self.name
+
+    def meta(self) -> dict:
+        return engine_meta(self)
+
+    def audit_defaults(self) -> tuple[int, float]:
+        """No audit unless asked (it loads the weights a second time, in transformers); the tolerance of the
+        precision the engine runs."""
+        from ..verify import DEFAULT_TOL, LOW_PRECISION_TOL
+
+        return 0, DEFAULT_TOL if self.dtype == "fp32" else LOW_PRECISION_TOL
+
+    def record_audit(self, result) -> None:
+        """The audit's result, or that the rows were not audited (the meta says so rather than stay silent)."""
+        from ..verify import NOT_AUDITED
+
+        self.mode_meta.update(result.meta() if result.n_prompts else {"exactness_audit": NOT_AUDITED})
+
+    def internals(self):
+        """None: the judge's internals are in the serving engine, out of the probe's reach."""
+        return None
 
     # ---- the seam ----------------------------------------------------------------------------------------------
     def evaluate(self, jobs: list[Job]) -> list[JobResult]:
@@ -152,3 +178,25 @@ class ServedEngine:
     def planned_tokens(self, jobs: list[Job]) -> int:
         """The tokens :meth:`evaluate` will count for ``jobs`` (their contexts' trie), without the engine."""
         return trie_tokens(contexts_of(jobs)[0])
+
+
+def load_served_judge(source: str, model_spec, *, device: str):
+    """The judge of an engine that loads the weights itself: its tokenizer and config
+    (:class:`~logitjudge.models.ServedJudge`), ``device`` where the weights run (``server``: a server's own),
+    ``dtype`` auto as fp32 unless the weights run here on a GPU (bf16). ``model_spec``: the [model] settings it was
+    loaded with, which :func:`logitjudge.score` runs on."""
+    from ..models import served_judge
+
+    m = model_spec
+    dtype = m.dtype if m.dtype != "auto" else ("bf16" if device == "cuda" else "fp32")
+    lm = served_judge(source, dtype=dtype)
+    lm.spec, lm.device = m, device
+    lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": "a serving engine: fp32 unless "
+                               "vLLM runs here on a GPU" if m.dtype == "auto" else "asked for"}
+    return lm
+
+
+def reference_loader(lm, device: str):
+    """What a served engine's :meth:`~ServedEngine.reference` calls: ``lm``'s weights in transformers, fp32, on the
+    GPU when the run's ``device`` is one, else the CPU."""
+    return lambda: lm.reference("cuda" if device.startswith("cuda") else "cpu")

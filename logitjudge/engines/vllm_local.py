@@ -13,11 +13,15 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from ..engine import EngineError
-from .reads import Context, ServedEngine
+from .base import refuse_native_settings
+from .reads import Context, ServedEngine, load_served_judge, reference_loader
 
 log = logging.getLogger("logitjudge.engines")
 
@@ -33,6 +37,58 @@ def check_installed() -> None:
         raise EngineError(f"--engine vllm needs vLLM, which is not installed: {INSTALL}")
 
 
+@dataclass(frozen=True)
+class VLLMConfig:
+    """``--engine vllm``'s [model] settings: ``dtype``, ``token_budget`` and vLLM's own (``block_size``,
+    ``tensor_parallel``, ``pipeline_parallel``, ``vllm_compile``, ``kv_cache_gib``: :class:`VLLMEngine`);
+    ``device``: where the audit's reference runs; ``prefix_mode`` / ``quantize``: the native engine's, refused."""
+
+    name: ClassVar[str] = "vllm"
+    dtype: str = "fp32"
+    device: str = "cpu"
+    token_budget: int = 16384
+    block_size: int | None = None
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    vllm_compile: str = "auto"
+    kv_cache_gib: int | None = None
+    prefix_mode: str = "auto"
+    quantize: str | None = None
+
+    @classmethod
+    def from_spec(cls, model_spec) -> VLLMConfig:
+        m = model_spec
+        return cls(m.dtype, m.device, m.token_budget, m.block_size, m.tensor_parallel, m.pipeline_parallel,
+                   m.vllm_compile, m.kv_cache_gib, m.prefix_mode, m.quantize)
+
+    def check(self, *, probing: bool) -> None:
+        """vLLM installed, one process (not a vLLM per torchrun rank), no setting only the native engine runs."""
+        check_installed()
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise EngineError("--engine vllm under torchrun would start one vLLM per rank; run one process and let "
+                              "vLLM split the model (--tensor-parallel N), or serve it and point each rank at the "
+                              "server (--engine http://HOST:PORT)")
+        refuse_native_settings("--engine vllm", prefix_mode=self.prefix_mode, quantize=self.quantize,
+                               probing=probing)
+
+    def load_judge(self, source: str, model_spec):
+        """The tokenizer and config: vLLM loads the weights, on this machine's GPUs when it has any."""
+        from ..models import resolve_device
+
+        return load_served_judge(source, model_spec, device=resolve_device("auto"))
+
+    def make(self, lm, *, texts: Callable[[], list[str]], seed: int = 0) -> VLLMEngine:
+        """vLLM on ``lm``'s weights, checked against its tokenizer on ``texts()`` before anything is scored."""
+        compile_ = {"auto": None, "on": False, "off": True}[self.vllm_compile]
+        engine = VLLMEngine(lm.source, revision=lm.revision or None, dtype=lm.dtype, token_budget=self.token_budget,
+                            block_size=self.block_size, tensor_parallel=self.tensor_parallel,
+                            pipeline_parallel=self.pipeline_parallel, enforce_eager=compile_,
+                            kv_cache_gib=self.kv_cache_gib, seed=seed, reference=reference_loader(lm, self.device))
+        engine.check(lm.tokenizer, texts())
+        lm.served_context = engine.max_model_len  # a prompt past it is refused when the run plans it
+        return engine
+
+
 class VLLMEngine(ServedEngine):
     """``vllm.LLM`` on ``source`` (a folder or hub id; ``revision``), prefix caching on.
 
@@ -43,7 +99,7 @@ class VLLMEngine(ServedEngine):
     ``kv_cache_gib``: the KV cache's memory (None: vLLM's default share of free memory). ``engine_args``: further
     ``vllm.LLM`` arguments, passed as they are (recorded in the meta)."""
 
-    prefix_mode = "vllm"
+    name = "vllm"
 
     def __init__(self, source: str, *, revision: str | None = None, dtype: str = "fp32", token_budget: int = 16384,
                  block_size: int | None = None, tensor_parallel: int = 1, pipeline_parallel: int = 1,
