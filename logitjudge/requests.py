@@ -168,6 +168,7 @@ class RequestPlan:
         self._kept: dict[tuple[int, int], EncodedPrompt] = {}
         self._tokens = 0
         self.mends: set[str] = set()  # what the judge's token convention mended in the prompts read so far
+        self.encoded = 0  # prompts encoded so far
 
     def __len__(self) -> int:
         return len(self.units)
@@ -187,6 +188,7 @@ class RequestPlan:
         ep = self._kept.get((i, j)) if keep else self._kept.pop((i, j), None)
         if ep is None:
             ep = encode(Tokenizes(self.tokenizer), self.template, self.rubric, self.requests(i)[j])
+            self.encoded += 1
             if ep.mended:
                 self.mends.add(ep.mended)
             if keep and self._tokens + len(ep.prompt_ids) <= KEEP_ENCODED:
@@ -213,9 +215,9 @@ class RequestPlan:
 
 def token_meta(plan: RequestPlan) -> dict:
     """What a table's meta says of the judge's tokens: its convention (:mod:`logitjudge.tokens`: BOS expected or
-    not, and where that was read) and what was mended in the plan's prompts (its first prompt read at least:
-    every prompt of a judge and template starts alike)."""
-    if len(plan):
+    not, and where that was read) and what was mended in the plan's prompts (its first prompt read if none was,
+    as in a run resumed with every item saved: every prompt of a judge and template starts alike)."""
+    if len(plan) and not plan.encoded:
         plan.prompt(0, 0, check=False)
     return {**convention(plan.tokenizer).meta(), "mended": sorted(plan.mends)}
 

@@ -67,8 +67,12 @@ def _args(root: Path, out: Path) -> list[str]:
 
 
 def _cli(root: Path, out: Path, faults_spec: str = "", trace: Path | None = None, popen: bool = False):
+    # LOGITJUDGE_CPU_KERNELS=1: every process takes the same kernel routes, unmeasured. Under auto, a route measured
+    # while the machine is busy is provisional and measured again by a quieter process (CI starts with an empty
+    # kernel cache), so a resumed run could round differently from the uninterrupted one; these tests are about
+    # the checkpoint, and issue 55 (routes judged the same way in every process) is about that.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "LOGITJUDGE_FAULTS": faults_spec,
-           "LOGITJUDGE_CHECKPOINT_TRACE": str(trace or "")}
+           "LOGITJUDGE_CHECKPOINT_TRACE": str(trace or ""), "LOGITJUDGE_CPU_KERNELS": "1"}
     if not faults_spec:
         env.pop("LOGITJUDGE_FAULTS")
     cmd = [sys.executable, "-m", "logitjudge.cli", *_args(root, out)]
