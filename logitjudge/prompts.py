@@ -257,9 +257,8 @@ def tokenize(tokenizer, text: str, *, add_special_tokens: bool, where: str = "pr
     convention (:func:`logitjudge.tokens.first_tokens`: one BOS first where it expects one), with what was
     mended ("" if nothing). Every prompt the judge is asked, and the probe's re-tokenization, goes through here."""
     enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
-    judge = f"judge {Path(getattr(tokenizer, 'name_or_path', '') or 'tokenizer').name!r}"
     return first_tokens(list(enc["input_ids"]), [tuple(x) for x in enc["offset_mapping"]], convention(tokenizer),
-                        judge=judge, where=where)
+                        where=where)
 
 
 def encode_prompt(tokenizer, prompt: str, continuations: list[str], *, add_special_tokens: bool = True,

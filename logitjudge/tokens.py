@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .errors import LogitJudgeError
@@ -45,9 +45,10 @@ class Convention:
     eos_id: int | None
     eos: str | None
     source: str
+    judge: str = "the judge"  # how a refusal names the judge (its folder's or id's last part)
 
     def meta(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "judge"}  # the meta names the model already
 
 
 _CONVENTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> its Convention
@@ -83,6 +84,11 @@ def observed(tokenizer) -> tuple[bool, bool]:
 
 
 def _read(tokenizer) -> Convention:
+    name = getattr(tokenizer, "name_or_path", "") or ""
+    return replace(_read_flags(tokenizer), judge=f"judge {Path(name).name!r}" if name else "the judge")
+
+
+def _read_flags(tokenizer) -> Convention:
     bos_id, eos_id = tokenizer.bos_token_id, tokenizer.eos_token_id
     bos, eos = tokenizer.bos_token, tokenizer.eos_token
     record = read_record(getattr(tokenizer, "name_or_path", "") or ".")
@@ -122,8 +128,7 @@ def tokenizer_config(name: str) -> dict:
         return {}
 
 
-def first_tokens(ids: list, offsets: list, conv: Convention, *, judge: str = "the judge",
-                 where: str = "prompt") -> tuple[list, list, str]:
+def first_tokens(ids: list, offsets: list, conv: Convention, *, where: str = "prompt") -> tuple[list, list, str]:
     """``ids`` / ``offsets`` (one encoding of a prompt and a label) held to ``conv``: a missing BOS put first, a
     doubled one dropped, an appended EOS dropped (a label is not followed by the end of the text). Returns the ids,
     the offsets and what was mended ("" if nothing); a BOS where the judge expects none, or a BOS expected but
@@ -136,8 +141,8 @@ def first_tokens(ids: list, offsets: list, conv: Convention, *, judge: str = "th
         n += 1
     if conv.add_bos:
         if conv.bos_id is None:
-            raise TokenConventionError(f"{where}: {judge} expects a BOS token first ({conv.source}) but its tokenizer "
-                                       "names none; give the tokenizer its bos_token")
+            raise TokenConventionError(f"{where}: {conv.judge} expects a BOS token first ({conv.source}) but its "
+                                       "tokenizer names none; give the tokenizer its bos_token")
         if n == 0:
             ids, offsets = [conv.bos_id, *ids], [(0, 0), *offsets]
             mends.append(f"put {conv.bos} (id {conv.bos_id}) first: the tokenizer or template gave none")
@@ -145,7 +150,7 @@ def first_tokens(ids: list, offsets: list, conv: Convention, *, judge: str = "th
             ids, offsets = ids[n - 1:], offsets[n - 1:]
             mends.append(f"dropped {n - 1} extra {conv.bos} (id {conv.bos_id}): template and tokenizer both add one")
     elif n:
-        raise TokenConventionError(f"{where}: the prompt starts with {conv.bos} (id {conv.bos_id}), but {judge} "
-                                   f"expects no BOS token ({conv.source}); remove it from the prompt template or the "
-                                   "chat template")
+        raise TokenConventionError(f"{where}: the prompt starts with {conv.bos} (id {conv.bos_id}), but "
+                                   f"{conv.judge} expects no BOS token ({conv.source}); remove it from the prompt "
+                                   "template or the chat template")
     return ids, offsets, "; ".join(mends)

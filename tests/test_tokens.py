@@ -102,7 +102,7 @@ def test_expected_bos_without_a_bos_token_is_refused():
 
     conv = Convention(True, None, None, False, None, None, "tokenizer_config.json add_bos_token")
     with pytest.raises(TokenConventionError, match="expects a BOS token first.*names none"):
-        first_tokens([5, 6], [(0, 1), (1, 2)], conv, judge="judge 'x'")
+        first_tokens([5, 6], [(0, 1), (1, 2)], conv)
 
 
 def test_an_appended_eos_is_not_part_of_a_label():
