@@ -19,7 +19,7 @@ engine, exactness audit, checkpoint);
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -35,10 +35,11 @@ KEYWORDS = {("model", "id"): "model", ("model", "dtype"): "dtype", ("model", "de
             ("model", "threads"): "threads", ("model", "quantize"): "quantize",
             ("model", "attn_implementation"): "attn_implementation", ("model", "token_budget"): "token_budget",
             ("model", "prefix_mode"): "prefix_mode", ("model", "verify"): "verify", ("model", "engine"): "engine",
-            ("data", "texts"): "data", ("data", "rubric"): "rubric", ("data", "criteria"): "criteria",
+            ("data", "texts"): "data", ("data", "name"): "dataset", ("data", "dir"): "data_dir",
+            ("data", "limit"): "limit", ("data", "rubric"): "rubric", ("data", "criteria"): "criteria",
             ("prompts", "template"): "template", ("prompts", "multi_criteria"): "multi_criteria",
             ("prompts", "slots"): "slots", ("prompts", "max_continuations"): "max_continuations",
-            ("prompts", "paradigm"): "paradigm", ("prompts", "pairs"): "pairs",
+            ("prompts", "paradigm"): "paradigm", ("prompts", "pairs"): "pairs", ("prompts", "chat"): "chat",
             ("orderings", "options"): "orderings", ("orderings", "criteria"): "criterion_orderings",
             ("orderings", "seed"): "seed", ("", "out"): "out", ("", "dump_prompts"): "dump_prompts",
             ("analysis", "n_boot"): "n_boot", ("analysis", "method"): "method", ("analysis", "seed"): "seed",
@@ -57,7 +58,13 @@ class _CallSpec(Spec):
 
     def where(self, section: str, key: str) -> str:
         kw = KEYWORDS.get((section, key))
+        if (section, key) == ("data", "texts") and self.data.name is not None:  # the data set's error
+            kw = "dataset"
         return f"lj.{self.name}({kw}=...)" if kw else f"lj.{self.name}: [{section}] {key}"
+
+
+# the spec's defaults: the one source of every keyword default here
+_SPEC = Spec()
 
 
 def _section(cls, given: dict, name: str, section: str):
@@ -68,9 +75,11 @@ def _section(cls, given: dict, name: str, section: str):
                   if given.get(f.name) is not None})
 
 
-def load_judge(model: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu", threads: int | None = None,
-               quantize: str | None = None, attn_implementation: str | None = None, engine: str = "native",
-               engine_options: dict | None = None):
+def load_judge(model: str = _SPEC.model.id, *, dtype: str = _SPEC.model.dtype,
+               device: str = _SPEC.model.device, threads: int | None = _SPEC.model.threads,
+               quantize: str | None = _SPEC.model.quantize,
+               attn_implementation: str | None = _SPEC.model.attn_implementation,
+               engine: str = _SPEC.model.engine, engine_options: dict | None = None):
     """The judge a run of ``logitjudge score --model MODEL`` loads (:func:`logitjudge.experiment.load_judge`):
     a built-in alias (gemma-3-270m), ``ollama:NAME[:TAG]``, a GGUF file, a local folder or a Hugging Face id
     (``ORG/NAME[@REVISION]``); any other value is refused in one line before anything loads. ``dtype``: fp32
@@ -140,56 +149,135 @@ class Result:
                 f"mean expected score {crit}{more}{saved}>")
 
 
-def score(judge, data, *, text: str = "text", context: str | None = "context", id: str | None = "id",
-          group: str | None = "group", rubric: str | Path | Rubric = "default", criteria: list | None = None,
-          orderings: str = "balanced", seed: int = 0, template: str | None = None, multi_criteria: bool = False,
-          criterion_orderings: str = "balanced", paradigm: str = "pointwise", pairs: int | None = None,
-          out=None, force: bool = False, token_budget: int = 4096, prefix_mode: str = "auto",
-          verify: int | None = None, dump_prompts=None, progress: bool = True) -> Result:
+def score(judge, data=None, *, text: str = "text", context: str | None = "context", id: str | None = "id",
+          group: str | None = "group", dataset: str | None = _SPEC.data.name,
+          data_dir: str | None = _SPEC.data.dir, limit: int | None = _SPEC.data.limit,
+          rubric: str | Path | Rubric | None = _SPEC.data.rubric,
+          criteria: list | None = _SPEC.data.criteria, orderings=_SPEC.orderings.options,
+          seed: int = _SPEC.orderings.seed, template=_SPEC.prompts.template,
+          multi_criteria: bool = _SPEC.prompts.multi_criteria, slots: str = _SPEC.prompts.slots,
+          max_continuations: int = _SPEC.prompts.max_continuations,
+          criterion_orderings: str = _SPEC.orderings.criteria,
+          paradigm: str = _SPEC.prompts.paradigm, pairs: int | None = _SPEC.prompts.pairs,
+          chat: bool | str | None = _SPEC.prompts.chat, out=_SPEC.out, force: bool = False,
+          token_budget: int = _SPEC.model.token_budget, prefix_mode: str = _SPEC.model.prefix_mode,
+          verify: int | None = _SPEC.model.verify, dump_prompts=_SPEC.dump_prompts,
+          progress: bool = True) -> Result:
     """Exact option distributions of every row of ``data`` under permuted rubrics: ``logitjudge score``.
 
     ``data``: a pandas DataFrame, a list of dicts (one per row) or the path of a ``.jsonl``, ``.csv`` or
-    ``.parquet`` file. ``text`` names the column of the texts; ``context`` (the question, the source article),
-    ``group`` (items ranked together: a prompt's responses) and ``id`` are read from their columns when
-    present, any other name must be a column, and None leaves the field out. Without an id column the rows
-    are numbered: ids "0", "1", ... (the row's position, as ``data.iloc``). A missing column, a duplicate id, a
-    text or id that is missing (None, NaN) or not a string is refused in one line naming the row and the fix,
-    before any prompt runs.
+    ``.parquet`` file; or, in its place, ``dataset``: a data set by name (hanna, summeval, mt_bench,
+    vicuna_bench; ``data_dir``: its folder, unset: $LOGITJUDGE_DATA). ``text`` names the column of the texts;
+    ``context`` (the question, the source article), ``group`` (items ranked together: a prompt's responses) and
+    ``id`` are read from their columns when present, any other name must be a column, and None leaves the field
+    out. Without an id column the rows are numbered: ids "0", "1", ... (the row's position, as ``data.iloc``). A
+    missing column, a duplicate id, a text or id that is missing (None, NaN) or not a string is refused in one
+    line naming the row and the fix, before any prompt runs. ``limit``: whole groups up to this many items.
 
-    ``rubric``: a built-in name, a rubric .toml/.json file or a :class:`~logitjudge.rubric.Rubric`
-    (``criteria``: a subset of its criteria). ``orderings``: what ``--orderings`` takes (balanced, all,
-    random:K, balanced+random:R, shared-random:K, fixed:K), drawn with ``seed``. ``template``: a built-in name or
-    a .toml file. ``multi_criteria``, ``criterion_orderings``, ``paradigm``, ``pairs``, ``token_budget``,
+    ``rubric``: a built-in name, a rubric .toml/.json file or a :class:`~logitjudge.rubric.Rubric` (unset: the
+    data set's, else "default"; ``criteria``: a subset of its criteria). ``orderings``: what ``--orderings``
+    takes (balanced, all, random:K, balanced+random:R, shared-random:K, fixed:K), drawn with ``seed``, or the
+    orders themselves (pointwise): a (K, n) array of 0-based option orders as :func:`logitjudge.balanced`
+    returns, or one set per item, (I, K, n). ``template``: a built-in name, a .toml file or a
+    :class:`~logitjudge.prompts.Template`. ``multi_criteria``, ``slots``, ``max_continuations``,
+    ``criterion_orderings``, ``paradigm``, ``pairs``, ``chat`` (True: --chat, False: --no-chat), ``token_budget``,
     ``prefix_mode``, ``verify`` and ``dump_prompts``: the flags of the same names. ``out``: also save the table
     there (.npz), checkpointed as it is scored so that the same call again continues an interrupted run
     (``force``: replace a file there that is not a score table). Returns a :class:`Result`.
     """
-    from .experiment import open_experiment
     from .items import items_from_data
+    from .prompts import Template
 
     if isinstance(judge, (str, Path)):
         raise LogitJudgeError(f"lj.score: the judge is a loaded model, not its name {str(judge)!r}; load it once "
                               f"with judge = lj.load_judge({str(judge)!r}) and pass judge")
-    items, path = items_from_data(data, text=text, id=id, context=context, group=group)
-    if not isinstance(rubric, (str, Path, Rubric)):
+    if (data is None) == (dataset is None):
+        raise LogitJudgeError("lj.score: give exactly one of data (a DataFrame, a list of dicts or a "
+                              ".jsonl/.csv/.parquet file) or dataset=NAME (hanna, summeval, mt_bench, vicuna_bench)")
+    items, path = items_from_data(data, text=text, id=id, context=context, group=group) if data is not None \
+        else (None, None)
+    if not isinstance(rubric, (str, Path, Rubric, type(None))):
         raise LogitJudgeError(f"lj.score(rubric=...): expected a built-in name, a rubric file or a Rubric, got "
                               f"{type(rubric).__name__}")
-    named = None if isinstance(rubric, Rubric) else str(rubric)
+    if not isinstance(template, (str, Path, Template, type(None))):
+        raise LogitJudgeError(f"lj.score(template=...): expected a built-in name, a template .toml file or a "
+                              f"Template, got {type(template).__name__}")
+    given_orders = None if isinstance(orderings, str) else _order_array(orderings, paradigm)
+    named = None if rubric is None or isinstance(rubric, Rubric) else str(rubric)
     spec = _CallSpec(
         name="score", out=None if out is None else str(out),
         dump_prompts=None if dump_prompts is None else str(dump_prompts),
         model=_judge_model(judge, token_budget=token_budget, prefix_mode=prefix_mode, verify=verify),
-        data=_section(DataSpec, {"texts": path, "rubric": named, "criteria": criteria}, "score", "data"),
-        prompts=_section(PromptSpec, {"template": None if template is None else str(template),
-                                      "multi_criteria": multi_criteria, "paradigm": paradigm,
-                                      "pairs": pairs}, "score", "prompts"),
-        orderings=_section(OrderingSpec, {"options": orderings, "criteria": criterion_orderings, "seed": seed},
-                           "score", "orderings"),
+        data=_section(DataSpec, {"texts": path, "name": dataset, "dir": None if data_dir is None else str(data_dir),
+                                 "limit": limit, "rubric": named, "criteria": criteria}, "score", "data"),
+        prompts=_section(PromptSpec, {"template": None if template is None or isinstance(template, Template)
+                                      else str(template), "multi_criteria": multi_criteria, "slots": slots,
+                                      "max_continuations": max_continuations, "paradigm": paradigm,
+                                      "pairs": pairs, "chat": chat}, "score", "prompts"),
+        orderings=_section(OrderingSpec, {"options": orderings if given_orders is None
+                                          else f"fixed:{given_orders.shape[-2]}",  # the array replaces these
+                                          "criteria": criterion_orderings, "seed": seed}, "score", "orderings"),
         from_flags=True)
-    # labels and the context are checked with the judge's own tokenizer before any item is scored
-    run = open_experiment(spec, lm=judge, force=force, items=items,
-                          rubric=rubric if isinstance(rubric, Rubric) else None)
+    run = _open(spec, judge, force=force, items=items, rubric=rubric if isinstance(rubric, Rubric) else None,
+                template=template if isinstance(template, Template) else None, orders=given_orders)
     return Result(run.score(progress=progress), run.exp.table_path)
+
+
+def _order_array(orderings, paradigm):
+    """``orderings`` given as orders: an int array (K, n) or (I, K, n), checked for its shape here and for its
+    permutations once the rubric is known (:func:`_open`)."""
+    import numpy as np
+
+    try:
+        a = np.asarray(orderings)
+    except (TypeError, ValueError):
+        a = None
+    if a is None or a.ndim not in (2, 3) or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
+        shape = "" if a is None else f" of shape {a.shape} ({a.dtype})"
+        raise LogitJudgeError(f"lj.score(orderings=...): expected a design name (balanced, random:K, ...) or an "
+                              f"integer array of 0-based option orders, (K, n) or per item (I, K, n), as "
+                              f"lj.balanced(n) returns; got {type(orderings).__name__}{shape}")
+    if paradigm != "pointwise":
+        raise LogitJudgeError(f"lj.score(orderings=...): an array of option orders applies to pointwise prompts; "
+                              f"{paradigm} candidate orders are drawn per group: give a design name (balanced, "
+                              f"random:K, ...)")
+    return a
+
+
+def _open(spec, judge, *, force, items, rubric, template, orders):
+    """:func:`logitjudge.experiment.open_experiment`, with a :class:`~logitjudge.prompts.Template` object and
+    an order array in place of the spec's template and orderings: each checked as the spec's are, before any
+    item is scored (the run's fingerprint holds the template and orders themselves)."""
+    from .experiment import OpenExperiment, prepare
+    from .orderings import OrderingError, cross, parse, validate
+    from .preflight import preflight
+    from .prompts import PromptError
+    from .selection import plan_orders
+
+    exp = prepare(spec, force=force, items=items, rubric=rubric)
+    pr, od = spec.prompts, spec.orderings
+    if template is not None:
+        try:
+            t = template.require(pr.paradigm)
+        except PromptError as e:
+            raise LogitJudgeError(f"lj.score(template=...): {e}") from None
+        t = t if pr.chat is None else replace(t, chat=pr.chat)
+        exp = replace(exp, template=t)
+        if exp.rows is not None:  # candidate rows hold the template's tie label
+            rows, option_orders, _ = plan_orders(exp.spec, exp.items, exp.rubric, t)
+            exp = replace(exp, rows=rows, option_orders=option_orders)
+    if orders is not None:
+        try:
+            o = validate(orders, exp.rubric.n_options, per_item=True, n_items=len(exp.items))
+        except OrderingError as e:
+            raise LogitJudgeError(f"lj.score(orderings=...): {e}") from None
+        c = None
+        if pr.multi_criteria:  # crossed with the criteria orders, as selection.option_orders crosses a design's
+            o, c = cross(o, parse(od.criteria, exp.rubric.n_criteria, seed=od.seed + 1))
+        given = f"given:{o.shape[-2]}" + (" per item" if o.ndim == 3 else "")  # the table meta's orderings
+        exp = replace(exp, option_orders=o, criterion_orders=c,
+                      spec=replace(exp.spec, orderings=replace(od, options=given)))
+    return OpenExperiment(exp, judge, preflight(exp, judge))
 
 
 def _judge_model(judge, **given) -> ModelSpec:
@@ -295,8 +383,9 @@ class Report:
                 f"verdict: {self.verdict[:160]}{'...' if len(self.verdict) > 160 else ''}>")
 
 
-def analyze(result, *, human=None, group_by: str | None = None, n_boot: int = 1000, method: str = "pearson",
-            seed: int = 0, n_draws: int = 100, reading: str = "expected") -> Report:
+def analyze(result, *, human=None, group_by: str | None = None, n_boot: int = _SPEC.analysis.n_boot,
+            method: str = _SPEC.analysis.method, seed: int = _SPEC.analysis.seed,
+            n_draws: int = _SPEC.analysis.n_draws, reading: str = _SPEC.analysis.reading) -> Report:
     """Every statistic the table supports: ``logitjudge analyze``. ``result``: a :class:`Result`, a
     :class:`~logitjudge.table.ScoreTable` or the path of a table. ``human``: a DataFrame (columns ``id`` and one
     per criterion) or a file, as :func:`read_human`; ``group_by``: its column that groups items (default: the

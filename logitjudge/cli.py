@@ -130,8 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--dataset", default=None, help="read the human scores of this data set (hanna, summeval, ...)")
     c.add_argument("--data-dir", default=None, help="the data sets folder (with --dataset; unset: $LOGITJUDGE_DATA)")
     c.add_argument("--criteria", default=None, help="comma-separated criteria; unset: every one the tables share")
-    c.add_argument("--reading", default="greedy", choices=["greedy", "sampled"],
-                   help="greedy: each prompt's answered label; sampled: a judge sampling at T=1 (exact expectations)")
+    # analyze's reading and default (the spec's): expected, which a choice between candidates reads as sampled
+    add_flags(c, AnalysisSpec, only=("reading",), helps={
+        "reading": "greedy: each prompt's answered label; sampled: a judge sampling at T=1 (exact expectations); "
+                   "expected: as analyze reads it, which for a choice between candidates is sampled"})
     c.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals")
     c.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of sampled answers")
     c.add_argument("--plot", default="compare.png",

@@ -14,6 +14,7 @@ import pytest
 import logitjudge as lj
 from logitjudge import analysis, orderings, run
 from logitjudge.cli import main
+from logitjudge.errors import LogitJudgeError
 from logitjudge.items import Item
 from logitjudge.outputs import EXPORT_COLUMNS
 from logitjudge.rubric import builtin_rubric
@@ -158,3 +159,47 @@ def test_builtin_judge_on_a_dataframe():
     long = run.score(judge, items, builtin_rubric("default"), orderings.fixed(5, 1), progress=False)
     assert np.array_equal(result.table.probs, long.probs)
     assert result.table.meta["model_id"] == "gemma-3-270m"
+
+
+def test_order_arrays_and_template_objects_are_the_names(judge, scored):
+    """orderings= takes lj.balanced(n)'s (K, n) array and a per-item (I, K, n) one; template= a Template."""
+    from logitjudge.prompts import builtin_template
+
+    df = frame(2)
+    by_name = lj.score(judge, df, **COLUMNS, progress=False).table
+    by_array = lj.score(judge, df, **COLUMNS, orderings=lj.balanced(5), progress=False).table
+    assert np.array_equal(by_array.probs, by_name.probs) and np.array_equal(by_array.option_orders, lj.balanced(5))
+    per_item = lj.score(judge, frame(), **COLUMNS, orderings=scored.table.option_orders, progress=False).table
+    assert np.array_equal(per_item.probs, scored.table.probs) and per_item.meta["orderings"] == "given:3 per item"
+    named = lj.score(judge, df, **COLUMNS, template="rubric-first", orderings="fixed:1", progress=False).table
+    given = lj.score(judge, df, **COLUMNS, template=builtin_template("rubric-first"), orderings="fixed:1",
+                     progress=False).table
+    assert np.array_equal(given.probs, named.probs) and given.meta["fingerprint"] == named.meta["fingerprint"]
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"orderings": np.array([[0, 1, 2, 3, 3]])}, "lj.score(orderings=...): ordering 0 = [0, 1, 2, 3, 3] is not a"),
+    ({"orderings": lj.balanced(4)}, "lj.score(orderings=...): orderings have 4 columns but the rubric has 5"),
+    ({"orderings": np.zeros((3, 1, 5), int)}, "lj.score(orderings=...): per-item option orders have 3 rows"),
+    ({"orderings": [[0.5]]}, "lj.score(orderings=...): expected a design name"),
+    ({"orderings": lj.balanced(5), "paradigm": "pairwise"}, "applies to pointwise prompts"),
+    ({"template": 3}, "lj.score(template=...): expected a built-in name"),
+    ({"slots": "sum"}, "lj.score(slots=...): 'sum' is not one of ['greedy', 'marginal']"),
+    ({"max_continuations": 0}, "lj.score(max_continuations=...): must be at least 1"),
+    ({"chat": "yes"}, "lj.score(chat=...): expected \"auto\", true or false"),
+    ({"limit": 0}, "lj.score(limit=...): must be at least 1"),
+    ({"dataset": "hanna"}, "lj.score: give exactly one of data"),
+])
+def test_the_new_keywords_refuse_in_one_line(judge, kw, message):
+    with pytest.raises(LogitJudgeError) as e:
+        lj.score(judge, frame(), **COLUMNS, progress=False, **kw)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_dataset_limit_and_slots_reach_the_run(judge):
+    with pytest.raises(Exception, match=r"lj.score\(dataset=...\): unknown data set 'nope'"):
+        lj.score(judge, dataset="nope", progress=False)
+    assert lj.score(judge, frame(4), **COLUMNS, limit=2, orderings="fixed:1", progress=False).table.shape[0] == 2
+    with pytest.raises(Exception, match="above the budget of 2"):  # reaches the multi-criteria planner
+        lj.score(judge, frame(), **COLUMNS, rubric="hanna", multi_criteria=True, slots="marginal",
+                 max_continuations=2, progress=False)
