@@ -22,7 +22,9 @@ so the native step measures both per bucket of row counts and weight shape
 The rates are cached in ``$LOGITJUDGE_CACHE`` (default ``~/.cache/logitjudge``) ``/gemm_rates.json``, keyed by the
 CPU model name, its feature flags, torch's version and the thread count (the GPU's name on CUDA), so the ~1 s
 measurement runs once per machine. The native path reads the same rates to pick its bf16 route
-(:func:`bf16_route`), and :func:`resolve_dtype` picks the dtype.
+(:func:`bf16_route`), and :func:`resolve_dtype` picks the dtype: bf16 only where it is faster and its error,
+measured once per machine on a fixed calibration workload (:func:`bf16_error`, cached in ``bf16_error.json``), is
+within its stated bound (:data:`TOLERANCE`).
 """
 
 from __future__ import annotations
