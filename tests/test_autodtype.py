@@ -81,6 +81,13 @@ def test_auto_keeps_fp32_where_bf16_error_measured_here_is_over_its_bound(rates,
     assert dtype == "bf16" and "0.05 <= 0.05" in why
 
 
+def test_auto_keeps_fp32_where_bf16_error_cannot_be_measured(rates, monkeypatch):
+    rates(fp32=100, bf16=200, bf16_upcast=95)
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda *a, **k: (_ for _ in ()).throw(OSError("offline")))
+    dtype, why = ad.resolve_dtype("auto", "cpu")
+    assert dtype == "fp32" and "could not be measured" in why and "offline" in why
+
+
 def test_bf16_error_is_not_measured_where_bf16_is_not_faster(rates, monkeypatch):
     rates(fp32=100, bf16=110, bf16_upcast=95)
     monkeypatch.setattr(ad, "measure_bf16_error", lambda *a, **k: pytest.fail("measured"))
