@@ -21,6 +21,9 @@ def rates(monkeypatch, tmp_path):
     monkeypatch.setenv("LOGITJUDGE_CACHE", str(tmp_path))
     monkeypatch.setattr(dispatch, "busy", lambda: False)  # a quiet machine unless a test says otherwise
     ad._gemm_rates.cache_clear()
+    ad._bf16_error.cache_clear()
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None:
+                        {"max_abs_dp": 0.01, "prompts": 4, "route": "bf16"})  # within the bound unless a test says
     calls = []
 
     def set_rates(**r):
@@ -32,6 +35,7 @@ def rates(monkeypatch, tmp_path):
 
     yield set_rates
     ad._gemm_rates.cache_clear()
+    ad._bf16_error.cache_clear()
 
 
 def test_explicit_dtypes_pass_through_and_strict_tolerance_keeps_fp32(rates):
@@ -49,6 +53,45 @@ def test_auto_takes_bf16_only_when_measured_min_speedup_faster(rates, bf16, upca
     dtype, why = ad.resolve_dtype("auto", "cpu")
     assert dtype == want
     assert "vs fp32 100" in why and f"{max(bf16, upcast) / 100:.2f}x" in why and ad.cpu_model() in why
+
+
+def test_auto_keeps_fp32_where_bf16_error_measured_here_is_over_its_bound(rates, monkeypatch, tmp_path, caplog):
+    """bf16 faster, but its error on the calibration workload measured over the stated bound (issue 55: 0.062 on
+    a Zen 4): auto keeps fp32 and says why in one log line; the error is measured once per machine (cached)."""
+    import logging
+
+    rates(fp32=100, bf16=200, bf16_upcast=95)
+    measured = []
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None: measured.append(device) or
+                        {"max_abs_dp": 0.062, "prompts": 4, "route": "bf16"})
+    with caplog.at_level(logging.INFO, logger="logitjudge"):
+        dtype, why = ad.resolve_dtype("auto", "cpu")
+    assert dtype == "fp32" and "0.062" in why and "0.05" in why and "2.00x" in why
+    lines = [r.getMessage() for r in caplog.records if "--dtype auto keeps fp32" in r.getMessage()]
+    assert len(lines) == 1 and "0.062" in lines[0] and "over its stated bound 0.05" in lines[0]
+    ad._bf16_error.cache_clear()  # a new process: read back from the file, not measured again
+    assert ad.resolve_dtype("auto", "cpu")[0] == "fp32" and measured == ["cpu"]
+    saved = json.loads((tmp_path / "bf16_error.json").read_text())
+    assert [v["max_abs_dp"] for k, v in saved.items() if k.startswith(ad.machine_key("cpu"))] == [0.062]
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None:
+                        {"max_abs_dp": 0.05, "prompts": 4, "route": "bf16"})  # at the bound: within it
+    ad._bf16_error.cache_clear()
+    (tmp_path / "bf16_error.json").unlink()
+    dtype, why = ad.resolve_dtype("auto", "cpu")
+    assert dtype == "bf16" and "0.05 <= 0.05" in why
+
+
+def test_auto_keeps_fp32_where_bf16_error_cannot_be_measured(rates, monkeypatch):
+    rates(fp32=100, bf16=200, bf16_upcast=95)
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda *a, **k: (_ for _ in ()).throw(OSError("offline")))
+    dtype, why = ad.resolve_dtype("auto", "cpu")
+    assert dtype == "fp32" and "could not be measured" in why and "offline" in why
+
+
+def test_bf16_error_is_not_measured_where_bf16_is_not_faster(rates, monkeypatch):
+    rates(fp32=100, bf16=110, bf16_upcast=95)
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda *a, **k: pytest.fail("measured"))
+    assert ad.resolve_dtype("auto", "cpu")[0] == "fp32"
 
 
 def test_bf16_route_is_the_faster_measured_one(rates):
