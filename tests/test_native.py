@@ -192,15 +192,16 @@ def test_unsupported_models_fall_back_or_are_refused():
 BF16_PROB_ATOL = 0.05  # stated bf16 tolerance vs fp32; measured max 0.015 on 80 prompts (benchmarks/peers.py 8x350)
 
 
-def test_bf16_calibration_within_stated_bound_on_gemma(gemma_lm, bf16_route):
+def test_bf16_calibration_within_stated_bound_on_gemma(gemma_lm):
     """The calibration ``--dtype auto`` reads (logitjudge.autodtype.measure_bf16_error: the golden workload's 4
-    prompts, bf16 by each route against fp32) is within the stated bound here. Measured on an AMD EPYC Zen 4
-    (AVX-512 BF16, no AMX): 0.0061 (bf16), 0.0021 (bf16_upcast); on the demo's 12 texts x 10 orders 0.0096 and
-    0.0035 (python -m benchmarks.bf16_error)."""
+    prompts, bf16 by the route this machine takes against fp32) is within the stated bound here (each route's
+    bound on more prompts: test_bf16_within_stated_tolerance_of_fp32). Measured on an AMD EPYC Zen 4 (AVX-512
+    BF16, no AMX): 0.0061 (bf16), 0.0021 (bf16_upcast); on the demo's 12 texts x 10 orders 0.0096 and 0.0035
+    (python -m benchmarks.bf16_error)."""
     import logitjudge.autodtype as ad
 
     err = ad.measure_bf16_error("cpu", lm32=gemma_lm)
-    assert err["route"] == bf16_route and err["prompts"] == 4
+    assert err["route"] == ad.bf16_route("cpu") and err["prompts"] == 4
     assert 0 < err["max_abs_dp"] <= ad.TOLERANCE["bf16"]
 
 
