@@ -135,3 +135,8 @@ def test_compare_reads_as_analyze_reads_by_default():
     assert compare["--reading"].default == AnalysisSpec().reading == "expected"
     assert set(compare["--reading"].choices) == set(next(f for f in fields(AnalysisSpec)
                                                          if f.name == "reading").metadata["choices"])
+    import inspect
+
+    from logitjudge.sections.paradigms import compare_tables
+
+    assert inspect.signature(compare_tables).parameters["reading"].default == AnalysisSpec().reading

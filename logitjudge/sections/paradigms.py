@@ -372,7 +372,7 @@ PAIRWISE, LISTWISE = Pairwise(), Listwise()
 
 
 # ---- the comparison of paradigms ------------------------------------------------------------------------------
-def compare_tables(tables, human: dict, *, criteria=None, reading: str = "greedy", n_boot: int = 1000,
+def compare_tables(tables, human: dict, *, criteria=None, reading: str = "expected", n_boot: int = 1000,
                    rng=0) -> dict:
     """``{criterion: ParadigmComparison}`` of score tables of the same items under different paradigms (one
     table per paradigm; :func:`logitjudge.stats.compare_paradigms`), on the criteria every table has (or
