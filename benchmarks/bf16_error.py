@@ -15,21 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
-
-
-def demo_plan(lm, items: int | None = None, orderings: int | None = None):
-    from logitjudge.items import read_items
-    from logitjudge.orderings import balanced
-    from logitjudge.prompts import load_template
-    from logitjudge.requests import RequestPlan
-    from logitjudge.rubric import builtin_rubric
-
-    texts = Path(__file__).parents[1] / "logitjudge" / "demo" / "texts.jsonl"
-    return RequestPlan(lm, load_template(None), builtin_rubric("default"), read_items(texts)[:items],
-                       balanced(5)[:orderings])
 
 
 def engine_probs(lm, rp) -> tuple[np.ndarray, str]:
@@ -53,13 +40,11 @@ def main(argv=None) -> int:
     ap.add_argument("--workloads", default="golden,demo")
     ap.add_argument("--routes", default="bf16,bf16_upcast")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
-    import golden
-
     import logitjudge.autodtype as ad
     from logitjudge.models import load_model
+    from logitjudge.requests import demo_plan
 
-    plans = {"golden": golden.plan, "demo": demo_plan}
+    plans = {"golden": ad.calibration_plan, "demo": demo_plan}  # golden: tests/golden.py's plan, the same
     lm32 = load_model(args.judge, dtype="fp32", device="cpu")
     lm16 = load_model(args.judge, dtype="bf16", device="cpu")
     cpu = ad.describe_cpu()

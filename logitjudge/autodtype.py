@@ -218,16 +218,10 @@ CALIBRATION_JUDGE, CALIBRATION_ITEMS, CALIBRATION_ORDERINGS = "gemma-3-270m", 2,
 
 
 def calibration_plan(lm):
-    """The calibration workload on ``lm`` (a RequestPlan)."""
-    from .items import read_items
-    from .orderings import balanced
-    from .prompts import load_template
-    from .requests import RequestPlan
-    from .rubric import builtin_rubric
+    """The calibration workload on ``lm`` (a RequestPlan: :func:`logitjudge.requests.demo_plan`)."""
+    from .requests import demo_plan
 
-    items = read_items(Path(__file__).parent / "demo" / "texts.jsonl")[:CALIBRATION_ITEMS]
-    return RequestPlan(lm, load_template(None), builtin_rubric("default"), items,
-                       balanced(5)[:CALIBRATION_ORDERINGS])
+    return demo_plan(lm, items=CALIBRATION_ITEMS, orderings=CALIBRATION_ORDERINGS)
 
 
 def _option_probs(lm) -> tuple:

@@ -213,6 +213,19 @@ class RequestPlan:
                 and bool((orders == self.option_orders).all()))
 
 
+def demo_plan(lm, *, items: int | None = None, orderings: int | None = None) -> RequestPlan:
+    """The built-in demo texts (the first ``items``) under the first ``orderings`` balanced orders of the default
+    rubric, default template: the fixed workload of the golden numbers (tests/golden.py), bf16's calibration
+    (:func:`logitjudge.autodtype.calibration_plan`) and ``benchmarks.bf16_error``."""
+    from .items import read_items
+    from .orderings import balanced
+    from .prompts import load_template
+    from .rubric import builtin_rubric
+
+    texts = read_items(Path(__file__).parent / "demo" / "texts.jsonl")[:items]
+    return RequestPlan(lm, load_template(None), builtin_rubric("default"), texts, balanced(5)[:orderings])
+
+
 def token_meta(plan: RequestPlan) -> dict:
     """What a table's meta says of the judge's tokens: its convention (:mod:`logitjudge.tokens`: BOS expected or
     not, and where that was read) and what was mended in the plan's prompts (its first prompt read if none was,

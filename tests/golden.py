@@ -28,16 +28,10 @@ PROB_TOL = 1e-4  # across CPUs and kernel routes: fp32 reassociation is ~1e-6 on
 
 def plan(lm):
     """The workload's RequestPlan: the first :data:`ITEMS` demo texts, the default rubric and template, the first
-    :data:`ORDERINGS` balanced orderings."""
-    from logitjudge.items import read_items
-    from logitjudge.orderings import balanced
-    from logitjudge.prompts import load_template
-    from logitjudge.requests import RequestPlan
-    from logitjudge.rubric import builtin_rubric
+    :data:`ORDERINGS` balanced orderings (bf16's calibration reads the same: logitjudge.autodtype)."""
+    from logitjudge.requests import demo_plan
 
-    texts = Path(__file__).parents[1] / "logitjudge" / "demo" / "texts.jsonl"
-    items = read_items(texts)[:ITEMS]
-    return RequestPlan(lm, load_template(None), builtin_rubric("default"), items, balanced(5)[:ORDERINGS])
+    return demo_plan(lm, items=ITEMS, orderings=ORDERINGS)
 
 
 def probabilities(logprobs) -> list[float]:
