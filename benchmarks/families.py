@@ -42,14 +42,14 @@ def run_family(fam, name: str, args, tok) -> dict:
     from logitjudge import orderings
     from logitjudge.engine import Engine, plain_prompt_logprobs
     from logitjudge.items import Item
-    from logitjudge.models import LoadedModel
+    from logitjudge.models import Judge
     from logitjudge.prompts import builtin_template
     from logitjudge.requests import item_prompts
     from logitjudge.verify import verify_exactness
 
     model, attn = fam.build(name, len(tok), width=args.width)
     model = model.to(args.device)
-    lm = LoadedModel(model, tok, f"random-{name}", dtype="fp32", device=args.device)
+    lm = Judge.of(model, tok, f"random-{name}", dtype="fp32", device=args.device)
     reps = max(1, args.text_tokens // 25)  # the story sentence is ~25 tokens of the tiny tokenizer
     items = [Item(f"t{k}", (fam.STORY * (reps + k)).strip()) for k in range(args.texts)]
     rub, orders, tpl = fam.rubric(args.options), orderings.balanced(args.options), builtin_template("text-first")

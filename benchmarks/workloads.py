@@ -3,7 +3,7 @@
 API (all a caller needs)::
 
     from benchmarks import workloads       # from the root, as ``python -m benchmarks.x`` runs
-    wl = workloads.build("8x350", lm)      # lm: anything with .tokenizer and .max_length (a LoadedModel)
+    wl = workloads.build("8x350", lm)      # lm: anything with .tokenizer and .max_length (a Judge)
     wl.groups                              # list per item of EncodedPrompt (logitjudge.requests.item_prompts)
     wl.prompts                             # the same, flat (item-major)
     wl.plain_tokens, wl.padded_tokens(16), wl.trie_tokens, wl.n_reads   # token counts (below)

@@ -87,10 +87,10 @@ def load_judge(model: str = _SPEC.model.id, *, dtype: str = _SPEC.model.dtype,
     $OMP_NUM_THREADS, else the usable CPUs). ``engine``: native, vllm, http://HOST:PORT (``vllm+http://`` too) or
     another name registered in :data:`logitjudge.engines.ENGINES` (``--engine``);
     ``engine_options``: the engine's other [model] settings by name (block_size, tensor_parallel,
-    pipeline_parallel, vllm_compile, kv_cache_gib, concurrency, request_timeout). Returns a
-    :class:`logitjudge.models.LoadedModel`, or for a serving engine a :class:`logitjudge.models.ServedJudge` (the
-    tokenizer and config; the engine loads the weights when :func:`score` first runs); an unreachable id fails
-    in one line before any loading."""
+    pipeline_parallel, vllm_compile, kv_cache_gib, concurrency, request_timeout). Returns a frozen
+    :class:`logitjudge.models.Judge`: its weights, or for a serving engine its tokenizer and config only (the
+    engine loads the weights when :func:`score` first runs); an unreachable id fails in one line before any
+    loading."""
     from .engines import check_engine
     from .experiment import load_judge as load
     from .models import ModelError, check_attn_implementation, check_device
@@ -285,7 +285,7 @@ def _judge_model(judge, **given) -> ModelSpec:
     was loaded with; ``given`` (the call's keywords) over them."""
     from dataclasses import replace
 
-    loaded = getattr(judge, "spec", None)
+    loaded = judge.settings
     m = _section(ModelSpec, {"id": judge.model_id, **given}, "score", "model")
     if loaded is None:
         return m

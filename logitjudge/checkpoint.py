@@ -196,21 +196,11 @@ class RunLock:
     def __init__(self, path: Path, out):
         self.path = path
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        old = os.read(self.fd, 200).decode(errors="replace").split()
         try:
-            import fcntl
-
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            old = _take(self.fd, out)
+        except CheckpointError:
             os.close(self.fd)
-            who = f"pid {old[0]} on {old[1]}" if len(old) >= 2 else "another process"
-            raise CheckpointError(f"another logitjudge run ({who}) is writing {out} now; wait for it to finish "
-                                  "or choose another --out") from None
-        except ImportError:  # no flock (Windows): the pid decides
-            if len(old) >= 2 and old[1] == socket.gethostname() and _alive(int(old[0])):
-                os.close(self.fd)
-                raise CheckpointError(f"another logitjudge run (pid {old[0]}) is writing {out} now; wait for it "
-                                      "to finish or choose another --out") from None
+            raise
         if len(old) >= 2:
             log.warning("%s: taking over the lock of a run that ended without releasing it (pid %s on %s)",
                         path, old[0], old[1])
@@ -225,6 +215,39 @@ class RunLock:
         finally:
             os.close(self.fd)  # closing drops the flock
             self.fd = None
+
+
+def _take(fd: int, out) -> list[str]:
+    """Lock ``fd`` (a lock file) for this process, or refuse in one line naming the run that holds it; returns what
+    the file says of its last writer (pid, host)."""
+    old = os.read(fd, 200).decode(errors="replace").split()
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        who = f"pid {old[0]} on {old[1]}" if len(old) >= 2 else "another process"
+        raise CheckpointError(f"another logitjudge run ({who}) is writing {out} now; wait for it to finish "
+                              "or choose another --out") from None
+    except ImportError:  # no flock (Windows): the pid decides
+        if len(old) >= 2 and old[1] == socket.gethostname() and _alive(int(old[0])):
+            raise CheckpointError(f"another logitjudge run (pid {old[0]}) is writing {out} now; wait for it "
+                                  "to finish or choose another --out") from None
+    return old
+
+
+def check_unlocked(out, *, tag: str = "") -> None:
+    """Refuse now, before the model loads, the run :class:`RunLock` would refuse when it starts: another run
+    writing ``out``. Nothing is written; the lock stays the run's own check when it starts."""
+    path = Path(f"{out}{tag}.lock")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, IsADirectoryError):
+        return
+    try:
+        _take(fd, out)  # closing the descriptor below drops the lock taken here
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:

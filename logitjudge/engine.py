@@ -86,6 +86,7 @@ class Engine:
     """
 
     name = "native"  # its name in the engines' registry (logitjudge.engines.ENGINES)
+    context = None  # no context of its own: the judge's bounds the prompts
 
     def __init__(self, lm, *, token_budget: int = 4096, prefix_mode: str = "auto", min_shared: int | None = None):
         modes = ["auto", *MODES]

@@ -287,20 +287,20 @@ def judge_engine(exp: Experiment, lm, *, plan=None):
     if pr.multi_criteria:
         audit_run(engine, lm, exp.items, exp.rubric, exp.option_orders, None, m.verify, rng=od.seed)
     else:
-        audit_plan(engine, run_plan(exp, lm, plan), m.verify, rng=od.seed)
+        audit_plan(engine, run_plan(exp, lm, plan, engine=engine), m.verify, rng=od.seed)
     return engine
 
 
-def run_plan(exp: Experiment, lm, plan=None):
+def run_plan(exp: Experiment, lm, plan=None, *, engine=None):
     """The request plan of a rubric or candidate run: ``plan`` (the preflight's) when it was encoded by the
-    judge's own tokenizer (then held to the judge's context), else a new one."""
+    judge's own tokenizer, else a new one; held to the context of the judge on ``engine`` (None: not made yet)."""
     from .requests import RequestPlan
 
-    units = exp.items if exp.rows is None else exp.rows
+    units, context = exp.items if exp.rows is None else exp.rows, lm.max_length_on(engine)
     if plan is not None and plan.tokenizer is lm.tokenizer:
-        plan.max_length = lm.max_length
+        plan.max_length = context
         return plan
-    return RequestPlan(lm, exp.template, exp.rubric, units, exp.option_orders)
+    return RequestPlan(lm, exp.template, exp.rubric, units, exp.option_orders, max_length=context)
 
 
 def score_experiment(exp: Experiment, lm, *, engine=None, progress: bool = True, plan=None) -> ScoreTable:

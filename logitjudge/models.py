@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 
@@ -21,66 +23,73 @@ from .ollama import ollama_checkpoint
 BUILTIN_ALIASES = {alias: b.origin for alias, b in BUILTINS.items()}  # the --model names of the built-ins
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
-__all__ = ["cache_dir", "builtin_checkpoint", "resolve_source", "load_model", "load_tokenizer", "load_config"]
+__all__ = ["Judge", "read_judge", "cache_dir", "builtin_checkpoint", "resolve_source", "load_model", "load_tokenizer",
+           "load_config"]
 
 
-@dataclass
-class LoadedModel:
-    model: torch.nn.Module
-    tokenizer: object
-    model_id: str
-    revision: str = ""
-    dtype: str = "fp32"
-    device: str = "cpu"
-    info: dict = field(default_factory=dict)
+@dataclass(frozen=True)
+class Judge:
+    """A judge as loaded, frozen: nothing is set on it afterwards.
 
-    @property
-    def config(self):
-        """The model's config (a served judge's is read without weights: :class:`ServedJudge` has the same)."""
-        return self.model.config
-
-    @property
-    def max_length(self) -> int:
-        return context_length(self.model.config, self.tokenizer)
-
-
-@dataclass
-class ServedJudge:
-    """A judge whose weights a serving engine holds (:mod:`logitjudge.engines`): its tokenizer and config only,
-    read here; ``model`` is None. ``reference`` loads the same weights in transformers (fp32) for the exactness
-    audit, on first use."""
+    ``tokenizer`` and ``config`` always; ``model``: the weights in this process, or None where a serving engine
+    holds them (``--engine vllm`` / ``http://``: :func:`read_judge`). ``source``: the folder or id transformers
+    loads; ``info``: how it was loaded (its source, GGUF, attention, the dtype choice), read-only; ``settings``:
+    the [model] settings (:class:`~logitjudge.spec.ModelSpec`) it was loaded with, which ``lj.score`` runs on
+    (None: a judge built by hand, which runs on the native engine). A serving engine's own shorter context is the
+    engine's (:meth:`max_length_on`), never written here."""
 
     tokenizer: object
     config: object
     model_id: str
-    source: str
+    source: str = ""
     revision: str = ""
     dtype: str = "fp32"
     device: str = "cpu"
-    info: dict = field(default_factory=dict)
-    spec: object = None  # the [model] settings it was loaded with (the engine's): lj.score runs on them
-    served_context: int | None = None  # the engine's own context (vllm serve --max-model-len), when shorter
-    model = None
+    info: Mapping = field(default_factory=dict)
+    model: torch.nn.Module | None = None
+    settings: object = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, tokenizer, model_id: str, **kw) -> Judge:
+        """The judge of weights already in this process (its config is the model's)."""
+        return cls(tokenizer, model.config, model_id, model=model, **kw)
+
+    def with_info(self, **more) -> Judge:
+        """The same judge with ``more`` added to its info (a new judge: this one is frozen)."""
+        return replace(self, info={**self.info, **more})
 
     @property
     def max_length(self) -> int:
-        own = context_length(self.config, self.tokenizer)
-        return min(own, self.served_context) if self.served_context else own
+        """The judge's context in tokens (:func:`context_length`)."""
+        return context_length(self.config, self.tokenizer)
+
+    def max_length_on(self, engine) -> int:
+        """The longest prompt and label ``engine`` may be sent: the judge's context, or the engine's own
+        (``engine.context``: e.g. ``vllm serve --max-model-len``) where that is shorter."""
+        bound = engine.context if engine is not None else None
+        return min(self.max_length, bound) if bound else self.max_length
 
     def reference(self, device: str = "cpu"):
-        """The transformers model of the same weights, fp32 (the plain forward the audit compares against)."""
+        """The transformers model of the same weights, fp32 (the plain forward the exactness audit compares
+        against): loaded again, also where this judge holds weights in another dtype."""
         return load_model(self.model_id, dtype="fp32", device=device, revision=self.revision or None).model
 
 
-def served_judge(model_id: str, *, dtype: str = "fp32", revision: str | None = None) -> ServedJudge:
+def read_judge(model_id: str, *, dtype: str = "fp32", revision: str | None = None, device: str = "cpu",
+               settings=None, info: Mapping | None = None) -> Judge:
     """The judge of a serving engine: ``model_id`` resolved as :func:`load_model` resolves it (a GGUF or
-    built-in converted to its folder, which the engine loads), its tokenizer and config read, no weights."""
+    built-in converted to its folder, which the engine loads), its tokenizer and config read, no weights.
+    ``device``: where the engine runs the weights (``server``: a server's own); ``info``: added to its info;
+    ``settings``: the [model] settings it is loaded with."""
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
     source, revision = source_and_revision(model_id, revision)
     tok, config = load_tokenizer(model_id, revision=revision), load_config(model_id, revision=revision)
-    return ServedJudge(tok, config, model_id, source, revision or "", dtype,
-                       info={"source": source, "gguf": getattr(config, "logitjudge_source", None)})
+    how = {"source": source, "gguf": getattr(config, "logitjudge_source", None), **(info or {})}
+    return Judge(tok, config, model_id, source, revision or "", dtype, device, how, settings=settings)
 
 
 def context_length(config, tokenizer=None) -> int:
@@ -286,14 +295,15 @@ def _from_pretrained(source: str, kwargs: dict, attn_implementation: str | None)
 
 def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: str = "cpu",
                quantize: str | None = None, revision: str | None = None,
-               attn_implementation: str | None = None) -> LoadedModel:
+               attn_implementation: str | None = None, settings=None, info: Mapping | None = None) -> Judge:
     """Load a causal LM and its tokenizer. ``model_id``: any value ``--model`` takes (classified, or refused in one
     line, by :func:`logitjudge.model_ref.classify`); ``revision``: a hub revision, also written ``ORG/NAME@REVISION``.
     ``quantize``: None, "4bit" or "8bit" (bitsandbytes, CUDA only).
     ``attn_implementation``: transformers' name ("sdpa", "eager", "flash_attention_2", a kernels-hub id ...);
     None: SDPA where the architecture supports it, else its eager attention (``info["attn_implementation"]``
     says which and why). Multimodal checkpoints load through their causal-LM class (Gemma-3: the full
-    ``Gemma3ForConditionalGeneration``, scored on text; Qwen3.5: the text model only)."""
+    ``Gemma3ForConditionalGeneration``, scored on text; Qwen3.5: the text model only). ``settings``: the
+    [model] settings it is loaded with; ``info``: added to the judge's info (e.g. the dtype choice)."""
 
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
@@ -327,6 +337,6 @@ def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: s
         model.to(dev)
     model.eval()
     rev = revision or getattr(model.config, "_commit_hash", None) or ""
-    info = {"source": source, "gguf": getattr(model.config, "logitjudge_source", None),
-            "attn_implementation": attn, "attn_implementation_reason": why}
-    return LoadedModel(model, tok, model_id, str(rev), dtype, dev, info)
+    how = {"source": source, "gguf": getattr(model.config, "logitjudge_source", None),
+           "attn_implementation": attn, "attn_implementation_reason": why, **(info or {})}
+    return Judge(tok, model.config, model_id, source, str(rev), dtype, dev, how, model=model, settings=settings)

@@ -24,31 +24,28 @@ def preflight(exp: Experiment, lm=None):
 
     Returns the run's :class:`~logitjudge.requests.RequestPlan`, whose prompts read here stay encoded for the
     run; None for multi-criteria (its later slots follow the judge's answers: the run encodes them)."""
-    from .models import config_layers, context_length, load_config, load_tokenizer
-    from .requests import RequestPlan, Tokenizes, orders_of, slot_request
+    from .models import config_layers, read_judge
+    from .requests import RequestPlan, orders_of, slot_request
 
     check_run_files(exp)
-    if lm is not None:
-        tokenizer, config = lm.tokenizer, lm.config
-    else:
-        source = model_source(exp.spec)
-        tokenizer, config = load_tokenizer(source), load_config(source)
-    context, rubric, orders = context_length(config, tokenizer), exp.rubric, np.asarray(exp.option_orders)
+    judge = lm if lm is not None else read_judge(model_source(exp.spec))  # its tokenizer and config, no weights
+    config = judge.config
+    context, rubric, orders = judge.max_length, exp.rubric, np.asarray(exp.option_orders)
     K = orders.shape[-2]
     if exp.rows is not None:  # pairwise / listwise: every row's first ordering, labels and context at once
-        plan = RequestPlan(Tokenizes(tokenizer), exp.template, rubric, exp.rows, orders, max_length=context)
+        plan = RequestPlan(judge, exp.template, rubric, exp.rows, orders, max_length=context)
         for i in range(len(plan)):
             for c in range(rubric.n_criteria):
                 plan.prompt(i, c * K)
         return plan
     if exp.criterion_orders is None:  # item 0's labels, then every item's first prompt of each criterion
-        plan = RequestPlan(Tokenizes(tokenizer), exp.template, rubric, exp.items, orders, max_length=context)
+        plan = RequestPlan(judge, exp.template, rubric, exp.items, orders, max_length=context)
         asks = [(0, c * K) for c in range(rubric.n_criteria)]
         asks += [(i, c * K, c) for i in range(len(plan)) for c in range(rubric.n_criteria)]
     else:  # every slot of the first ordering, the earlier slots holding their first label; then the last slot
         co = tuple(map(int, exp.criterion_orders[0]))
         answers = [rubric.criteria[c].options[0].label for c in co]
-        plan = RequestPlan(Tokenizes(tokenizer), exp.template, rubric, exp.items, orders, max_length=context,
+        plan = RequestPlan(judge, exp.template, rubric, exp.items, orders, max_length=context,
                            requests=lambda i: [slot_request(exp.items[i], orders_of(orders, i)[0], co, answers[:j])
                                                for j in range(len(co))])
         asks = [(0, j) for j in range(len(co))] + [(i, len(co) - 1, co[-1]) for i in range(len(plan))]
@@ -67,8 +64,9 @@ def preflight(exp: Experiment, lm=None):
 def check_run_files(exp: Experiment) -> None:
     """What the run checks when it starts, here before the model loads: the rubric's descriptions against a
     pointwise template that shows them, and each checkpoint the run would resume (a file that is not one, or
-    whose first record, the run's settings, is damaged: :func:`logitjudge.checkpoint.check_file`)."""
-    from .checkpoint import check_file
+    whose first record, the run's settings, is damaged: :func:`logitjudge.checkpoint.check_file`), and that no
+    other run is writing them now (:func:`logitjudge.checkpoint.check_unlocked`)."""
+    from .checkpoint import check_file, check_unlocked
     from .prompts import shows_descriptions
 
     if exp.rows is None:
@@ -81,6 +79,7 @@ def check_run_files(exp: Experiment) -> None:
             parts += sorted(table.parent.glob(f"{glob.escape(table.name)}.rank*.partial.jsonl"))
         for part in parts:
             check_file(part)
+        check_unlocked(table)
 
 
 def _check_context(item, criterion, ep, max_length: int) -> None:

@@ -108,19 +108,22 @@ def where(rubric: Rubric, req: Request) -> str:
     return f"item {req.item.id!r}, criterion {asked.name!r}, ordering {req.ordering}"
 
 
-def encode(lm, template: Template, rubric: Rubric, req: Request) -> EncodedPrompt:
+def encode(judge, template: Template, rubric: Rubric, req: Request, *,
+           max_length: int | None | str = "judge") -> EncodedPrompt:
     """The request's prompt tokens and each option's continuation tokens (the exact label boundary; canonical
-    option order: a row's candidates, the tie last)."""
+    option order: a row's candidates, the tie last), with ``judge``'s tokenizer. A prompt and label longer than
+    ``max_length`` is refused: "judge" (default), the judge's own context; None, not checked here (a
+    :class:`RequestPlan` checks it when the prompt is read)."""
     texts = [(c, f"item {c.id!r} (a candidate of {req.row.id!r})") for c in req.row.candidates] if req.row else \
         [(req.item, f"item {req.item.id!r}")]
     for it, name in texts:
         if not isinstance(it.text, str) or not it.text.strip():
             raise PromptError(f"{name}: the text is empty")
     asked = (req.shows or rubric).criteria[req.criterion]
-    prompt = render(template, lm.tokenizer, rubric, req)
-    return encode_prompt(lm.tokenizer, prompt, [template.continuation(o.label) for o in asked.options],
-                         add_special_tokens=not uses_chat(template, lm.tokenizer), max_length=lm.max_length,
-                         where=where(rubric, req))
+    tok, labels = judge.tokenizer, [template.continuation(o.label) for o in asked.options]
+    return encode_prompt(tok, render(template, tok, rubric, req), labels,
+                         add_special_tokens=not uses_chat(template, tok), where=where(rubric, req),
+                         max_length=judge.max_length if max_length == "judge" else max_length)
 
 
 def item_prompts(lm, rubric: Rubric, unit: Item | Row, option_orders, template: Template) -> list[EncodedPrompt]:
@@ -140,29 +143,23 @@ def orders_of(option_orders: np.ndarray, i: int) -> np.ndarray:
 KEEP_ENCODED = 2_000_000
 
 
-@dataclass(frozen=True)
-class Tokenizes:
-    """What :func:`encode` needs of a judge before its weights load: its tokenizer (no context limit: a plan
-    checks the length when it is read, :meth:`RequestPlan.prompt`)."""
-
-    tokenizer: object
-    max_length: int | None = None
-
-
 class RequestPlan:
     """Every prompt of a run: ``units`` (items, or the candidate rows of a pairwise / listwise run) under
     ``option_orders`` ((K, n) shared or (units, K, n)), each unit's requests criterion-major (c * K + k;
     ``requests``: another list per unit, e.g. the multi-criteria dump's first slots).
 
-    Lazy: a prompt is rendered and encoded (with ``lm``'s tokenizer) when first read, and kept for the next
-    reader while the kept prompts hold at most :data:`KEEP_ENCODED` tokens; a reader that is a prompt's last (the
-    run's steps) takes it out. ``max_length``: the judge's context, checked on each read that asks for it."""
+    Lazy: a prompt is rendered and encoded (with ``judge``'s tokenizer: a :class:`~logitjudge.models.Judge`,
+    weights or not) when first read, and kept for the next reader while the kept prompts hold at most
+    :data:`KEEP_ENCODED` tokens; a reader that is a prompt's last (the run's steps) takes it out. ``max_length``:
+    the longest prompt and label, checked on each read that asks for it (default: the judge's context; a run
+    sets its engine's, :meth:`~logitjudge.models.Judge.max_length_on`)."""
 
-    def __init__(self, lm, template: Template, rubric: Rubric, units, option_orders, *, max_length=None,
+    def __init__(self, judge, template: Template, rubric: Rubric, units, option_orders, *, max_length=None,
                  requests=None):
-        self.tokenizer, self.template, self.rubric = lm.tokenizer, template, rubric
+        self.judge, self.template, self.rubric = judge, template, rubric
+        self.tokenizer = judge.tokenizer
         self.units, self.option_orders = list(units), np.asarray(option_orders)
-        self.max_length = lm.max_length if max_length is None else max_length
+        self.max_length = judge.max_length if max_length is None else max_length
         self._requests = requests or self._unit_requests
         self._last: tuple = (None, [])  # the requests of the unit read last
         self._kept: dict[tuple[int, int], EncodedPrompt] = {}
@@ -187,7 +184,7 @@ class RequestPlan:
         unless ``keep`` is False: then it is taken out). ``check``: refuse a prompt past ``max_length``."""
         ep = self._kept.get((i, j)) if keep else self._kept.pop((i, j), None)
         if ep is None:
-            ep = encode(Tokenizes(self.tokenizer), self.template, self.rubric, self.requests(i)[j])
+            ep = encode(self.judge, self.template, self.rubric, self.requests(i)[j], max_length=None)
             self.encoded += 1
             if ep.mended:
                 self.mends.add(ep.mended)

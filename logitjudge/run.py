@@ -142,12 +142,13 @@ class Run:
     def _request_plan(self, given: RequestPlan | None, units: list) -> RequestPlan:
         """``given`` when it holds this run's prompts, encoded by the judge's own tokenizer (then held to the
         judge's context), else a plan made here."""
+        context = self.lm.max_length_on(self.engine)
         if given is not None and given.tokenizer is self.lm.tokenizer and given.fits(units, self.rubric,
                                                                                      self.option_orders,
                                                                                      self.template):
-            given.max_length = self.lm.max_length
+            given.max_length = context
             return given
-        return RequestPlan(self.lm, self.template, self.rubric, units, self.option_orders)
+        return RequestPlan(self.lm, self.template, self.rubric, units, self.option_orders, max_length=context)
 
     def check_record(self, item_id: str, record) -> str | None:
         """Why a checkpoint record read back does not fit this run (None: it does): an item the run does not
@@ -179,7 +180,7 @@ class Run:
                     if self.items[i].id not in done:
                         yield Batch([i], self._slot_step, K * C, lambda i=i: SLOT_JOBS[self.slots](
                             self.lm, self.template, self.rubric, self.items[i], orders_of(self.option_orders, i),
-                            self.criterion_orders))
+                            self.criterion_orders, max_length=self.request_plan.max_length))
                 continue
             prompts = [self.request_plan.prompts(i, keep=keep) for i in window]
             for batch in plan_batches(prompts, self.engine.token_budget):
@@ -216,7 +217,7 @@ class Run:
     def _slot_step(self, idx: list[int]) -> list[tuple]:
         fn = SLOT_FUNCTIONS[self.slots]
         return [fn(self.engine, self.lm, self.template, self.rubric, self.items[i], orders_of(self.option_orders, i),
-                   self.criterion_orders) for i in idx]
+                   self.criterion_orders, max_length=self.request_plan.max_length) for i in idx]
 
     # ---- the run ---------------------------------------------------------------------------------------------
     def execute(self) -> ScoreTable:
@@ -474,7 +475,7 @@ def run_meta(lm, rubric, template, engine: Engine, elapsed: float, plan: Request
 
     em = engine.meta()
     return {"model_id": lm.model_id, "revision": lm.revision, "dtype": lm.dtype, "device": lm.device,
-            "model_source": lm.info, "rubric": rubric.to_dict(), "template": asdict(template),
+            "model_source": dict(lm.info), "rubric": rubric.to_dict(), "template": asdict(template),
             "chat": chat_meta(template, lm.tokenizer), "tokens": token_meta(plan), **{k: em[k] for k in ENGINE_HEAD},
             "torch_threads": torch.get_num_threads(), "kernels": em["kernels"],
             "versions": {"logitjudge": __version__, "torch": torch.__version__,

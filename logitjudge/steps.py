@@ -119,14 +119,17 @@ def check_slots(slots: str, n_options: int, n_criteria: int, max_continuations: 
             f"{max_continuations:,}; use --slots greedy, fewer criteria per prompt, or raise --max-continuations")
 
 
-def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders):
-    """(probs[C, K, n], mass[C, K]) of one item, earlier slots holding their most probable label."""
+def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders, *,
+                max_length: int | str = "judge"):
+    """(probs[C, K, n], mass[C, K]) of one item, earlier slots holding their most probable label. ``max_length``:
+    the longest prompt and label the engine takes (default: the judge's context)."""
     K, C, n = len(option_orders), rubric.n_criteria, rubric.n_options
     probs, mass = np.zeros((C, K, n)), np.zeros((C, K))
     answers: list[list[str]] = [[] for _ in range(K)]
     cached: list = [None] * K  # (token ids, PrefixKV) of each ordering's context so far
     for j in range(C):
-        eps, jobs = greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached)
+        eps, jobs = greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached,
+                                max_length=max_length)
         results = engine.evaluate(jobs)
         if j == 0:  # one trie over all orderings
             results = [results[0]] * K
@@ -139,12 +142,13 @@ def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, crite
     return probs, mass
 
 
-def greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached):
+def greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached, *,
+                max_length: int | str = "judge"):
     """The next slot of every ordering: its encoded prompts and the engine jobs that read its labels.
     ``answers[k]``: the labels written so far in ordering k; ``cached[k]``: (token ids, PrefixKV or None) of its
     context so far (None at slot 0, where one trie holds every ordering: the text is shared by all of them)."""
     reqs = [slot_request(item, option_orders[k], criterion_orders[k], answers[k], k) for k in range(len(answers))]
-    eps = [encode(lm, template, rubric, req) for req in reqs]
+    eps = [encode(lm, template, rubric, req, max_length=max_length) for req in reqs]
     if not answers[0]:
         seqs, reads, ends = [], [], []
         for k, ep in enumerate(eps):
@@ -164,7 +168,8 @@ def greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, ans
     return eps, jobs
 
 
-def greedy_jobs(lm, template, rubric, item, option_orders, criterion_orders) -> list[Job]:
+def greedy_jobs(lm, template, rubric, item, option_orders, criterion_orders, *,
+                max_length: int | str = "judge") -> list[Job]:
     """Every slot's jobs of one item as if the judge answered each criterion's first label: the token count a
     run plans with (an estimate: the real answers, and so the later slots' prompts, come from the judge)."""
     K = len(option_orders)
@@ -172,7 +177,8 @@ def greedy_jobs(lm, template, rubric, item, option_orders, criterion_orders) -> 
     cached: list = [None] * K
     out = []
     for j in range(rubric.n_criteria):
-        eps, jobs = greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached)
+        eps, jobs = greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached,
+                                max_length=max_length)
         out += jobs
         for k, ep in enumerate(eps):
             answers[k].append(rubric.criteria[criterion_orders[k][j]].options[0].label)
@@ -194,10 +200,11 @@ def marginal_cost(n_options: int, n_criteria: int) -> int:
     return n_options * sum(n_options ** j for j in range(n_criteria))
 
 
-def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders):
+def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders, *,
+                  max_length: int | str = "judge"):
     """(probs[C, K, n], mass[C, K]) of one item, each slot's exact marginal over the earlier answers."""
     K, C, n = len(option_orders), rubric.n_criteria, rubric.n_options
-    job, eps = marginal_job(lm, template, rubric, item, option_orders, criterion_orders)
+    job, eps = marginal_job(lm, template, rubric, item, option_orders, criterion_orders, max_length=max_length)
     lps = engine.evaluate([job])[0].logprobs
     probs, mass = np.zeros((C, K, n)), np.zeros((C, K))
     for k in range(K):
@@ -215,7 +222,8 @@ def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, cri
     return probs, mass
 
 
-def marginal_job(lm, template, rubric, item, option_orders, criterion_orders) -> tuple[Job, dict]:
+def marginal_job(lm, template, rubric, item, option_orders, criterion_orders, *,
+                 max_length: int | str = "judge") -> tuple[Job, dict]:
     """The one job of an item in marginal mode (every slot context of every answer path, one trie) and its
     encoded prompts by (ordering, path)."""
     n = rubric.n_options
@@ -225,7 +233,7 @@ def marginal_job(lm, template, rubric, item, option_orders, criterion_orders) ->
             for path in itertools.product(range(n), repeat=j):
                 labels = [rubric.criteria[criterion_orders[k][i]].options[a].label for i, a in enumerate(path)]
                 req = slot_request(item, option_orders[k], criterion_orders[k], labels, k)
-                ep = encode(lm, template, rubric, req)
+                ep = encode(lm, template, rubric, req, max_length=max_length)
                 eps[(k, path)] = ep
                 s, r = label_reads(ep, (k, path))
                 seqs += s
@@ -235,4 +243,4 @@ def marginal_job(lm, template, rubric, item, option_orders, criterion_orders) ->
 
 SLOT_FUNCTIONS = {"greedy": greedy_item, "marginal": marginal_item}
 # the jobs a run counts its planned tokens from (marginal: exact; greedy: an estimate, the answers decide)
-SLOT_JOBS = {"greedy": greedy_jobs, "marginal": lambda *a: [marginal_job(*a)[0]]}
+SLOT_JOBS = {"greedy": greedy_jobs, "marginal": lambda *a, **kw: [marginal_job(*a, **kw)[0]]}

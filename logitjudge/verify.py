@@ -109,8 +109,8 @@ def audit_run(engine, lm, items, rubric, option_orders, template, n: int | None,
     from .prompts import load_template
     from .requests import RequestPlan
 
-    return audit_plan(engine, RequestPlan(lm, load_template(template), rubric, items, option_orders), n, rng=rng,
-                      tol=tol)
+    plan = RequestPlan(lm, load_template(template), rubric, items, option_orders, max_length=lm.max_length_on(engine))
+    return audit_plan(engine, plan, n, rng=rng, tol=tol)
 
 
 def audit_plan(engine, plan, n: int | None, *, rng=0, tol: float | None = None) -> AuditResult:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from logitjudge.models import LoadedModel
+from logitjudge.models import Judge
 
 CORPUS = [
     "Rate the quality of the text below. Answer with the label of the option that fits best.",
@@ -70,12 +70,12 @@ def tiny_gemma(tokenizer, *, sliding_window: int = 24, softcap: float | None = 3
 @pytest.fixture(scope="session")
 def tiny_lm():
     tok = tiny_tokenizer()
-    return LoadedModel(tiny_gemma(tok), tok, "tiny-random-gemma3", dtype="fp32")
+    return Judge.of(tiny_gemma(tok), tok, "tiny-random-gemma3", dtype="fp32")
 
 
-def fresh_tiny_lm(alphabet: str = "", **kw) -> LoadedModel:
+def fresh_tiny_lm(alphabet: str = "", **kw) -> Judge:
     tok = tiny_tokenizer(alphabet)
-    return LoadedModel(tiny_gemma(tok, **kw), tok, "tiny-random-gemma3", dtype="fp32")
+    return Judge.of(tiny_gemma(tok, **kw), tok, "tiny-random-gemma3", dtype="fp32")
 
 
 @pytest.fixture(scope="module")

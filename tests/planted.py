@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from logitjudge.models import LoadedModel
+from logitjudge.models import Judge
 from logitjudge.prompts import builtin_template
 from logitjudge.rubric import Criterion, Rubric, ScoreOption
 
@@ -75,14 +75,14 @@ def planted_gpt2(tokenizer, line_pos: int, line_tokens: list[int], label_tokens:
     return model
 
 
-def planted_lm(tokenizer) -> tuple[LoadedModel, Rubric, object]:
+def planted_lm(tokenizer) -> tuple[Judge, Rubric, object]:
     """The planted model, its rubric and template, built from the prompts' own tokens."""
     from logitjudge import balanced
     from logitjudge.items import Item
     from logitjudge.requests import item_prompts
 
     rubric, template = planted_rubric(), builtin_template("rubric-first")
-    probe_lm = LoadedModel(torch.nn.Module(), tokenizer, "planted")
+    probe_lm = Judge.of(torch.nn.Module(), tokenizer, "planted")
     probe_lm.model.config = type("C", (), {"max_position_embeddings": 512})()
     from logitjudge.probe.prompts import probe_prompts
 
@@ -96,4 +96,4 @@ def planted_lm(tokenizer) -> tuple[LoadedModel, Rubric, object]:
     labels = [c[0] for c in item_prompts(probe_lm, rubric, item, balanced(5)[:1], template)[0].continuation_ids]
     assert len(set(line_tokens)) == 5 and len(set(labels)) == 5
     model = planted_gpt2(tokenizer, line_pos, line_tokens, labels)
-    return LoadedModel(model, tokenizer, "planted-gpt2", dtype="fp32"), rubric, template
+    return Judge.of(model, tokenizer, "planted-gpt2", dtype="fp32"), rubric, template

@@ -224,18 +224,18 @@ def test_a_kernel_that_did_not_run_is_never_reported(cache):
     reported; the shared mode reports attention, not the norms."""
     from conftest import tiny_gemma, tiny_tokenizer
 
-    from logitjudge.models import LoadedModel
+    from logitjudge.models import Judge
 
     tok = tiny_tokenizer()
     model = tiny_gemma(tok)
     model.config.attn_logit_softcapping = 20.0
-    lm = LoadedModel(model, tok, "tiny-softcapped-attention", dtype="fp32")
+    lm = Judge.of(model, tok, "tiny-softcapped-attention", dtype="fp32")
     kernels = _score(lm, prefix_mode="native").meta["kernels"]
     assert set(kernels["attention"]["ran"]) == {"torch"}
     for decision in kernels["attention"]["choices"].values():
         assert decision["choice"] == "torch" and "soft-capping" in decision["refused"]["C"]
         assert "soft-capping" in decision["refused"]["aten"]
-    plain_lm = LoadedModel(tiny_gemma(tok), tok, "tiny", dtype="fp32")
+    plain_lm = Judge.of(tiny_gemma(tok), tok, "tiny", dtype="fp32")
     assert set(_score(plain_lm, prefix_mode="plain").meta["kernels"]) == {"readout"}
     # copy: transformers' attention on copied caches; shared: the attention kernel, transformers' norms
     assert set(_score(plain_lm, prefix_mode="copy").meta["kernels"]) == {"readout"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,7 +22,7 @@ from logitjudge.engine import Engine as NativeEngine
 from logitjudge.engine import EngineError
 from logitjudge.engines.base import Engine
 from logitjudge.engines.native import NativeConfig
-from logitjudge.models import LoadedModel
+from logitjudge.models import Judge
 from logitjudge.table import ScoreTable
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -39,6 +39,7 @@ class ToyEngine:
 
     name = "toy"
     prefix_mode = "toy"  # the table's fingerprint: a toy table is never resumed as a native one
+    context = None  # no context of its own: the judge's bounds the prompts
 
     def __init__(self, native: NativeEngine):
         self.native, self.jobs = native, 0
@@ -86,13 +87,6 @@ class ToyEngine:
         return None  # the toy does not let the probe in
 
 
-@dataclass
-class ToyJudge(LoadedModel):
-    """The native judge, carrying the [model] settings it was loaded with: ``lj.score`` runs on its engine."""
-
-    spec: object = None
-
-
 @dataclass(frozen=True)
 class ToyConfig:
     """The toy's settings: the native engine's, taken from the spec as it takes them."""
@@ -108,9 +102,8 @@ class ToyConfig:
         if probing:
             raise EngineError("the toy engine does not probe; probe with --engine native")
 
-    def load_judge(self, source: str, model_spec) -> ToyJudge:
-        lm = self.native.load_judge(source, model_spec)
-        return ToyJudge(**{f.name: getattr(lm, f.name) for f in fields(lm)}, spec=model_spec)
+    def load_judge(self, source: str, model_spec) -> Judge:
+        return self.native.load_judge(source, model_spec)  # it carries model_spec: lj.score runs on the toy
 
     def make(self, lm, *, texts: Callable[[], list[str]], seed: int = 0) -> ToyEngine:
         return ToyEngine(self.native.make(lm, texts=texts, seed=seed))
@@ -151,7 +144,7 @@ def test_a_registered_engine_runs_through_the_python_api(toy, model_dir, tmp_pat
     texts = write_texts(tmp_path / "texts.jsonl", 4)
     native = _score(model_dir, texts, tmp_path / "native.npz")
     judge = lj.load_judge(str(model_dir), engine="toy")
-    assert isinstance(judge, ToyJudge) and judge.spec.engine == "toy"
+    assert isinstance(judge, Judge) and judge.settings.engine == "toy"
     res = lj.score(judge, texts, orderings="random:2", progress=False)
     assert np.array_equal(res.table.probs, native.probs) and res.table.meta["engine"]["name"] == "toy"
 
@@ -188,3 +181,21 @@ def test_a_vllm_http_address_scores_as_the_plain_one(tmp_path):
         stub.close()
     assert np.array_equal(named.probs, plain.probs)
     assert named.meta["engine"] == plain.meta["engine"] and named.meta["fingerprint"] == plain.meta["fingerprint"]
+
+
+def test_a_judge_is_frozen_and_an_engine_bounds_its_context():
+    """One judge form (issue 53, step 2): nothing is set on a loaded judge, its info is read-only, and a serving
+    engine's own shorter context bounds the prompts through the engine, not by writing it on the judge."""
+    from dataclasses import FrozenInstanceError
+    from types import SimpleNamespace
+
+    judge = fresh_tiny_lm()
+    with pytest.raises(FrozenInstanceError):
+        judge.tokenizer = None
+    with pytest.raises(TypeError):
+        judge.info["dtype_choice"] = {}
+    own = judge.max_length
+    assert judge.max_length_on(SimpleNamespace(context=40)) == 40
+    assert judge.max_length_on(SimpleNamespace(context=None)) == own == judge.max_length_on(None)
+    assert judge.max_length_on(SimpleNamespace(context=own + 1)) == own
+    assert judge.with_info(note="x").info["note"] == "x" and "note" not in judge.info

@@ -25,7 +25,7 @@ from logitjudge.judge import MODES, choose_mode, mode_refusal
 from logitjudge.judge.backends.native import MODEL_TYPES as NATIVE_MODEL_TYPES
 from logitjudge.judge.backends.native import STEPS
 from logitjudge.judge.backends.native_llama import NativeLlama
-from logitjudge.models import LoadedModel
+from logitjudge.models import Judge
 from logitjudge.prompts import builtin_template
 from logitjudge.requests import item_prompts
 from logitjudge.rubric import Rubric as _Rubric
@@ -176,7 +176,7 @@ def cases(tok):
     rub, orders, tpl = rubric(), orderings.balanced(5), builtin_template("text-first")
     for fam in FAMILIES:
         model, _ = build(fam, len(tok))
-        lm = LoadedModel(model, tok, f"tiny-{fam}")
+        lm = Judge.of(model, tok, f"tiny-{fam}")
         groups = [item_prompts(lm, rub, it, orders, tpl) for it in texts()]
         plain = [[distribution(lp)[0] for lp in plain_prompt_logprobs(model, g)] for g in groups]
         out[fam] = (lm, groups, plain)
@@ -295,14 +295,14 @@ def test_verify_catches_an_unknown_attention_bias(tmp_path, tok):
     biased = LlamaForCausalLM(copy.deepcopy(model.config)).eval()
     biased.load_state_dict(model.state_dict())
     biased.set_attn_implementation("test_biased")
-    lm = LoadedModel(biased, tok, "tiny-biased-llama")
+    lm = Judge.of(biased, tok, "tiny-biased-llama")
     eng = Engine(lm)  # nothing in the config shows the bias: auto picks shared
     assert eng.prefix_mode == "shared"
     rub, orders, tpl = rubric(), orderings.balanced(5), builtin_template("text-first")
     with pytest.raises(ExactnessError, match="exactness audit failed"):
         audit_run(eng, lm, texts(), rub, orders, tpl, 3)
     # the audit passes where the path is exact, and records itself for the table's meta
-    good_lm = LoadedModel(model, tok, "tiny-llama")
+    good_lm = Judge.of(model, tok, "tiny-llama")
     good = Engine(good_lm)
     groups = [item_prompts(good_lm, rub, it, orders, tpl) for it in texts()]
     res = verify_exactness(good, groups, 4, rng=1)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from logitjudge import faults
-from logitjudge.checkpoint import Checkpoint, CheckpointError, check_file, frame, scan
+from logitjudge.checkpoint import Checkpoint, CheckpointError, check_file, check_unlocked, frame, scan
 from logitjudge.cli import main
 from logitjudge.engine import Engine, EngineError
 from logitjudge.items import Item, ItemError
@@ -324,7 +324,11 @@ def test_lock_refuses_a_second_writer_and_takes_over_a_killed_ones(tmp_path, cap
     first = Checkpoint(out, "fp")
     with pytest.raises(CheckpointError, match=f"another logitjudge run \\(pid {os.getpid()} on .*\\) is writing"):
         Checkpoint(out, "fp")
+    with pytest.raises(CheckpointError) as before_the_load:  # the same line, before the model loads
+        check_unlocked(out)
+    assert "is writing" in str(before_the_load.value) and Path(f"{out}.lock").read_text().split()[0] == str(os.getpid())
     first.close()
+    check_unlocked(out)  # released: nothing to refuse
     Checkpoint(out, "fp").finish()  # released: a later run may write
     # a run killed while holding the lock
     code = (f"import os, signal; from logitjudge.checkpoint import Checkpoint; c = Checkpoint({str(out)!r}, 'fp');"
@@ -336,6 +340,24 @@ def test_lock_refuses_a_second_writer_and_takes_over_a_killed_ones(tmp_path, cap
     assert f"taking over the lock of a run that ended without releasing it (pid {proc.pid} on " in caplog.text
     ck.finish()
     assert not Path(f"{out}.lock").exists()
+
+
+def test_a_second_run_on_one_out_is_refused_before_the_judge_loads(tmp_path, model_dir, monkeypatch, capsys):
+    """Another run writing --out now: the command refuses in one line before any weights load (issue 53)."""
+    import logitjudge.experiment as experiment
+
+    def no_load(*a, **k):
+        raise AssertionError("the judge was loaded before the --out lock was checked")
+
+    monkeypatch.setattr(experiment, "load_judge", no_load)
+    out, texts = tmp_path / "t.npz", write_texts(tmp_path / "texts.jsonl", 2)
+    first = Checkpoint(out, "fp")
+    try:
+        assert main(["score", "--model", str(model_dir), "--texts", str(texts), "--out", str(out), "--quiet"]) == 2
+    finally:
+        first.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "is writing" in err[-1] and str(out) in err[-1] and not out.exists()
 
 
 # ---- the table file --------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def test_from_the_root_transformers_finds_hf_kernels_and_a_judge_loads(model_dir
     res = subprocess.run([sys.executable, "-c", code, str(model_dir)], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.split() == ["LoadedModel", "gemma3_text"], res.stdout
+    assert res.stdout.split() == ["Judge", "gemma3_text"], res.stdout
 
 
 def _pins(path: Path) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from importlib import metadata
 
 import pytest
@@ -72,8 +73,7 @@ def test_a_tokenizer_that_drops_bos_is_mended(gemma_lm):
     the golden ones."""
     from tokenizers import processors
 
-    lm = copy.copy(gemma_lm)
-    lm.tokenizer = copy.deepcopy(gemma_lm.tokenizer)
+    lm = replace(gemma_lm, tokenizer=copy.deepcopy(gemma_lm.tokenizer))
     lm.tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B")
     assert lm.tokenizer("Hello world")["input_ids"][0] != 2
     rp = plan(lm)

@@ -229,7 +229,7 @@ def test_the_python_api_scores_through_a_server(work):
 
     root, stub, ref = work
     judge = lj.load_judge(str(root / "tiny"), engine=stub.url, engine_options={"concurrency": 2})
-    assert judge.model is None and judge.spec.engine == stub.url and judge.device == "server"
+    assert judge.model is None and judge.settings.engine == stub.url and judge.device == "server"
     res = lj.score(judge, root / "texts.jsonl", orderings="random:2", token_budget=600, progress=False)
     assert np.array_equal(res.table.probs, ref.probs) and res.table.meta["engine"]["concurrency"] == 2
     with pytest.raises(LogitJudgeError, match="unknown option 'workers'"):

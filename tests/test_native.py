@@ -17,7 +17,7 @@ from logitjudge.judge.backends.native import native_support
 from logitjudge.judge.backends.native_common import attend_selected
 from logitjudge.judge.backends.native_gemma3 import NativeGemma3
 from logitjudge.judge.prefix import PrefixKV
-from logitjudge.models import LoadedModel
+from logitjudge.models import Judge
 
 
 def _ids(lm, n: int, seed: int = 0) -> torch.Tensor:
@@ -173,11 +173,11 @@ def test_unsupported_models_fall_back_or_are_refused():
     lm = fresh_tiny_lm()
     kw = dict(vocab_size=lm.model.config.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2)
-    llama = LoadedModel(LlamaForCausalLM(LlamaConfig(**kw)).eval(), lm.tokenizer, "tiny-llama")
+    llama = Judge.of(LlamaForCausalLM(LlamaConfig(**kw)).eval(), lm.tokenizer, "tiny-llama")
     assert native_support(llama.model) is None and Engine(llama).prefix_mode == "native"
     yarn = LlamaConfig(**kw, rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                            "original_max_position_embeddings": 512})
-    yarn_lm = LoadedModel(LlamaForCausalLM(yarn).eval(), lm.tokenizer, "tiny-llama-yarn")
+    yarn_lm = Judge.of(LlamaForCausalLM(yarn).eval(), lm.tokenizer, "tiny-llama-yarn")
     assert "'yarn'" in native_support(yarn_lm.model)
     eng = Engine(yarn_lm)  # auto
     assert eng.prefix_mode == "shared" and "yarn" in eng.mode_meta["prefix_mode_refused"]["native"]

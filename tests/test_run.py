@@ -147,7 +147,7 @@ def test_plan_counts_the_tokens_the_engine_runs(tiny_lm, mode, monkeypatch):
     r = Run(tiny_lm, items(), rub, per_item_orders(3, 2, 3), engine=engine, progress=False, **kw)
     encoded = []
     real = requests_mod.encode
-    monkeypatch.setattr(requests_mod, "encode", lambda *a: encoded.append(a[3].item.id) or real(*a))
+    monkeypatch.setattr(requests_mod, "encode", lambda *a, **kw: encoded.append(a[3].item.id) or real(*a, **kw))
     ckpt = Checkpoint(None, "p")
     plan = r.plan([0, 1, 2], ckpt)
     r.records(ckpt)

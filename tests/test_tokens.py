@@ -5,6 +5,7 @@ it is. Tokenizers in the styles of Gemma-3, Llama, Qwen and a chat template, bui
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import fresh_tiny_lm, tiny_tokenizer
@@ -117,10 +118,9 @@ def test_the_mend_reaches_the_table_meta(tmp_path):
     """A whole run on a judge whose tokenizer drops the BOS its record expects: every prompt scored with the BOS,
     the same numbers as the judge whose tokenizer adds it, and the table's meta says what was mended."""
     good = fresh_tiny_lm()
-    broken = fresh_tiny_lm()
-    broken.tokenizer = _saved(tmp_path, _no_bos_post_processor(tiny_tokenizer()),
-                              record={"converter": 2, "tokens": {"add_bos": True, "bos_id": 1, "eos_id": 2}})
-    broken.model = good.model
+    broken = replace(good, tokenizer=_saved(tmp_path, _no_bos_post_processor(tiny_tokenizer()),
+                                            record={"converter": 2, "tokens": {"add_bos": True, "bos_id": 1,
+                                                                               "eos_id": 2}}))
     items = [Item("a", "A short story about a lighthouse."), Item("b", "Another text, with numbers 1 2 3.")]
     rubric, orders = builtin_rubric("default"), [[0, 1, 2, 3, 4], [4, 3, 2, 1, 0]]
     t_good = score(good, items, rubric, orders, progress=False)

@@ -103,7 +103,6 @@ class HTTPConfig:
                             concurrency=self.concurrency, timeout=float(self.request_timeout),
                             reference=reference_loader(lm, self.device))
         engine.check({lm.model_id, lm.source, str(lm.source).rstrip("/").rsplit("/", 1)[-1]}, lm.tokenizer, texts())
-        lm.served_context = engine.max_model_len
         return engine
 
 

@@ -46,12 +46,11 @@ class NativeConfig:
 
         device = rank_device(self.device)  # cuda -> cuda:LOCAL_RANK before anything is loaded
         dtype, why = resolve_dtype(self.dtype, device)
-        lm = load_model(source, dtype=dtype, device=device, quantize=self.quantize,
-                        attn_implementation=self.attn_implementation)
         if device != self.device:
             log.info("rank %s: judge on %s", os.environ.get("RANK", "?"), device)
-        lm.info["dtype_choice"] = {"asked": self.dtype, "chosen": dtype, "reason": why}
-        return lm
+        return load_model(source, dtype=dtype, device=device, quantize=self.quantize,
+                          attn_implementation=self.attn_implementation, settings=model_spec,
+                          info={"dtype_choice": {"asked": self.dtype, "chosen": dtype, "reason": why}})
 
     def make(self, lm, *, texts: Callable[[], list[str]] | None = None, seed: int = 0) -> Engine:
         """The trie engine on ``lm``'s weights (its backend computes the model exactly or is refused)."""

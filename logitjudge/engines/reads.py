@@ -92,6 +92,13 @@ class ServedEngine:
     name = "served"
     gemm_route = None
     batch_tokens = None
+    max_model_len: int | None = None  # the engine's own context (vllm serve --max-model-len), where it says
+
+    @property
+    def context(self) -> int | None:
+        """The engine's own context, which bounds the judge's (a prompt past it is refused when the run plans
+        it: :meth:`~logitjudge.models.Judge.max_length_on`)."""
+        return self.max_model_len
 
     def __init__(self, *, token_budget: int, dtype: str):
         if int(token_budget) != token_budget or token_budget < 1:
@@ -182,18 +189,16 @@ class ServedEngine:
 
 def load_served_judge(source: str, model_spec, *, device: str):
     """The judge of an engine that loads the weights itself: its tokenizer and config
-    (:class:`~logitjudge.models.ServedJudge`), ``device`` where the weights run (``server``: a server's own),
-    ``dtype`` auto as fp32 unless the weights run here on a GPU (bf16). ``model_spec``: the [model] settings it was
+    (:func:`~logitjudge.models.read_judge`), ``device`` where the weights run (``server``: a server's own),
+    ``dtype`` auto as fp32 unless the weights run here on a GPU (bf16). ``model_spec``: the [model] settings it is
     loaded with, which :func:`logitjudge.score` runs on."""
-    from ..models import served_judge
+    from ..models import read_judge
 
     m = model_spec
     dtype = m.dtype if m.dtype != "auto" else ("bf16" if device == "cuda" else "fp32")
-    lm = served_judge(source, dtype=dtype)
-    lm.spec, lm.device = m, device
-    lm.info["dtype_choice"] = {"asked": m.dtype, "chosen": dtype, "reason": "a serving engine: fp32 unless "
-                               "vLLM runs here on a GPU" if m.dtype == "auto" else "asked for"}
-    return lm
+    why = "a serving engine: fp32 unless vLLM runs here on a GPU" if m.dtype == "auto" else "asked for"
+    return read_judge(source, dtype=dtype, device=device, settings=m,
+                      info={"dtype_choice": {"asked": m.dtype, "chosen": dtype, "reason": why}})
 
 
 def reference_loader(lm, device: str):

@@ -85,7 +85,6 @@ class VLLMConfig:
                             pipeline_parallel=self.pipeline_parallel, enforce_eager=compile_,
                             kv_cache_gib=self.kv_cache_gib, seed=seed, reference=reference_loader(lm, self.device))
         engine.check(lm.tokenizer, texts())
-        lm.served_context = engine.max_model_len  # a prompt past it is refused when the run plans it
         return engine
 
 

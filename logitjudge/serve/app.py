@@ -183,31 +183,28 @@ class Service:
 
         self.judge, self.limits = judge, limits
         self.model_id = str(judge.model_id)
-        spec = getattr(judge, "spec", None)
-        self.engine_name = "native" if spec is None else str(spec.engine)
+        self.engine_name = "native" if judge.settings is None else str(judge.settings.engine)
         kw = {"token_budget": limits.token_budget, "prefix_mode": limits.prefix_mode, "verify": limits.verify}
         self.batcher = Batcher(lambda rows, **s: lj.score(judge, rows, progress=False, **kw, **s),
                                window_s=limits.window_s, max_items=limits.max_queue)
         self.engine = None
         self.saved = itertools.count(1)
         self.unique = itertools.count()
-        config = judge.model.config if getattr(judge, "model", None) is not None else judge.config
+        config = judge.config
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         self.vocab = int(getattr(text, "vocab_size", None) or len(judge.tokenizer))
 
     def score_engine(self, first: list[int]):
         """The engine /v1/score reads through, made once on the judge's worker thread."""
         if self.engine is None:
-            if getattr(self.judge, "model", None) is not None:
-                from ..engine import Engine
+            from dataclasses import replace
 
-                self.engine = Engine(self.judge, token_budget=self.limits.token_budget,
-                                     prefix_mode=self.limits.prefix_mode)
-            else:
-                from ..engines import served_engine
+            from ..engines import engine_config
+            from ..spec import ModelSpec
 
-                self.engine = served_engine(self.judge.spec, self.judge,
-                                            texts=[self.judge.tokenizer.decode(first)])
+            settings = self.judge.settings or ModelSpec(id=self.model_id)  # a judge built by hand: native
+            settings = replace(settings, token_budget=self.limits.token_budget, prefix_mode=self.limits.prefix_mode)
+            self.engine = engine_config(settings).make(self.judge, texts=lambda: [self.judge.tokenizer.decode(first)])
         return self.engine
 
     def save(self, table) -> Path | None:
