@@ -82,8 +82,8 @@ def planted_lm(tokenizer) -> tuple[Judge, Rubric, object]:
     from logitjudge.requests import item_prompts
 
     rubric, template = planted_rubric(), builtin_template("rubric-first")
-    probe_lm = Judge.of(torch.nn.Module(), tokenizer, "planted")
-    probe_lm.model.config = type("C", (), {"max_position_embeddings": 512})()
+    config = type("C", (), {"max_position_embeddings": 512})()  # only the prompts are read: no weights yet
+    probe_lm = Judge(tokenizer, config, "planted")
     from logitjudge.probe.prompts import probe_prompts
 
     item = Item("x", "The cat sat on the mat.")

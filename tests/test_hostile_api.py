@@ -107,7 +107,7 @@ def test_bad_files_are_refused_before_the_judge(tmp_path):
 
 
 def test_bad_settings_are_refused_before_any_prompt(tmp_path):
-    stub = SimpleNamespace(model_id="stub")  # read for the spec; no tokenizer, no model: nothing can be scored
+    stub = SimpleNamespace(model_id="stub", settings=None)  # read for the spec; no tokenizer, no weights
     _refused(ok(), "lj.score(orderings=...)", "random:x", judge=stub, orderings="random:x")
     _refused(ok(), "lj.score(rubric=...)", judge=stub, rubric=5)
     _refused(ok(), "not its name 'gemma-3-270m'", "lj.load_judge('gemma-3-270m')", judge="gemma-3-270m")

@@ -125,11 +125,19 @@ def test_bf16_upcast_route_is_the_fp32_path_on_bf16_rounded_weights(monkeypatch)
     """The bf16_upcast route computes exactly what the fp32 path computes on the bf16-rounded weights (same
     packed fp32 GEMMs, fp32 activations), including the pruned last layer and the captured keys/values."""
     import logitjudge.autodtype as ad
+    from logitjudge.judge.backends import native_gemms as ng
     from logitjudge.judge.backends.native_gemms import packing_available
 
     if not packing_available():
         pytest.skip("no oneDNN packing")
     monkeypatch.setattr(ad, "bf16_route", lambda device="cpu": "bf16_upcast")
+    for kernel in (ng.LINEAR, ng.GATE_UP):  # packed for both models: each measures its own weights' calls, and
+        name = kernel.candidates[0].name  # a near tie may send one model's call to plain F.linear
+
+        def packed(*a, _k=kernel, _n=name):
+            return _k.candidate(_n), _k.bucket(*a), {"choice": _n, "why": "forced"}
+
+        monkeypatch.setattr(kernel, "choose", packed)
     lm = fresh_tiny_lm(softcap=None)
     m16 = lm.model.to(torch.bfloat16)
     up = NativeGemma3(m16)
