@@ -3,9 +3,9 @@ appears (logit lens), the heads that carry it (order-swap patching of single hea
 to option positions), and where the chosen position / option is linearly decodable (probes).
 
 The run is the library's own probe path: a ``logitjudge run`` spec with a ``[probe]`` section (``experiment.
-prepare`` loads HANNA, ``probe_experiment`` runs a :class:`logitjudge.run.ProbeRun`, resumable, and writes the probe
-page with :func:`logitjudge.report.probe.write_probe_report`); this script reads the page's ``probe.json``, prints
-the study's tables and draws one compact figure. Stories: ``--stories N`` WritingPrompts prompts drawn with
+prepare`` loads HANNA, ``probe_experiment`` runs a :class:`logitjudge.probe.run.ProbeRun`, resumable, and writes the
+probe page with :func:`logitjudge.report.probe.write_probe_report`); this script reads the page's ``probe.json``,
+prints the study's tables and draws one compact figure. Stories: ``--stories N`` WritingPrompts prompts drawn with
 ``--seed``, one story of each (its system drawn with the seed), criterion ``--criterion`` (Coherence), the HANNA
 rubric (1-5), balanced orderings (n = 5 -> 10 orderings), the built-in template, gemma-3-270m fp32 on CPU.
 

@@ -248,40 +248,29 @@ def _export(table, path: Path) -> int:
 
 
 def cmd_run(args) -> int:
-    from .experiment import run_experiment
+    from .commands import run
 
-    over = {"model": {"threads": getattr(args, "model.threads"), "token_budget": getattr(args, "model.token_budget")},
-            "data": {"dir": getattr(args, "data.dir"), "limit": getattr(args, "data.limit")},
-            "": {"dump_prompts": args.dump_prompts},
-            "prompts": {"paradigm": getattr(args, "prompts.paradigm"), "pairs": getattr(args, "prompts.pairs"),
-                        "chat": getattr(args, "prompts.chat")}}
-    res = run_experiment(args.spec, out=args.out, overrides=over, progress=not args.quiet, force=args.force)
-    print(res["verdict"])
-    print(f"report: {res['report']}")
-    if "probe_report" in res:
-        print(f"probe page: {res['probe_report']}")
+    res = run(args.spec, out=args.out, threads=getattr(args, "model.threads"),
+              token_budget=getattr(args, "model.token_budget"), data_dir=getattr(args, "data.dir"),
+              limit=getattr(args, "data.limit"), dump_prompts=args.dump_prompts,
+              paradigm=getattr(args, "prompts.paradigm"), pairs=getattr(args, "prompts.pairs"),
+              chat=getattr(args, "prompts.chat"), force=args.force, progress=not args.quiet)
+    print(res.verdict)
+    print(f"report: {res.report}")
+    if res.probe_report is not None:
+        print(f"probe page: {res.probe_report}")
     return 0
 
 
 def cmd_compare(args) -> int:
     import json
 
-    from .analysis import read_human_scores
+    from .commands import compare
     from .report.compare import comparison_table, plot_comparison
-    from .sections.paradigms import compare_tables
     from .stats import jsonable
-    from .table import ScoreTable
 
-    tables = [ScoreTable.load(t) for t in args.tables]
-    if args.human:
-        human, _ = read_human_scores(args.human)
-    else:
-        from .data import load_dataset
-
-        human = {it.id: dict(it.human) for it in load_dataset(args.dataset, args.data_dir).items if it.human}
-    criteria = [x.strip() for x in args.criteria.split(",") if x.strip()] if args.criteria else None
-    res = compare_tables(tables, human, criteria=criteria, reading=args.reading, n_boot=args.n_boot,
-                         rng=args.seed)
+    res = compare(args.tables, human=args.human, dataset=args.dataset, data_dir=args.data_dir,
+                  criteria=args.criteria, reading=args.reading, n_boot=args.n_boot, seed=args.seed)
     plot = Path(args.plot)
     if plot.suffix.lower() != ".png":
         raise UsageError(f"--plot {plot}: the plot is a PNG; give a file name ending in .png")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import analyze_experiment, open_experiment, write_experiment_report
+from .experiment import analyze_experiment, open_experiment
+from .report.experiment import write_experiment_report
 
 TEXTS = Path(__file__).parent / "demo" / "texts.jsonl"
 

@@ -255,3 +255,45 @@ def check_outputs(outputs, inputs, *, force: bool = False) -> None:
             if not ours(path):
                 raise OutputError(f"{where}: {path} exists and is not {what} ({_identify(path)}); it would be "
                                   "replaced: choose another path, or add --force to replace it")
+
+
+# ---- a spec's outputs and inputs ---------------------------------------------------------------------
+def spec_outputs(spec, table_path: Path | None, probe_path: Path | None, probing: bool) -> list:
+    """Every path the spec's command writes (:mod:`logitjudge.outputs`): ``score`` its table, ``probe`` its probe
+    table and page folder, ``run`` its report folder; and the prompt dump."""
+
+    def side(p: Path) -> tuple:  # the run's checkpoint and lock beside a table
+        return (Path(f"{p}.partial.jsonl"), Path(f"{p}.lock"))
+
+    out = spec.where("", "out")
+    if table_path is None:  # nothing written but the prompt dump
+        outs = []
+    elif not spec.from_flags:
+        outs = [Output(Path(spec.out), out, files=report_folder(probe=probing),
+                       side=side(table_path) + (side(probe_path) if probing else ()))]
+    elif probing:
+        outs = [Output(probe_path, out, kind="probe-table", side=side(probe_path))]
+        if spec.probe.report:
+            outs.append(Output(Path(spec.probe.report), spec.where("probe", "report"), files=probe_folder()))
+    else:
+        outs = [Output(table_path, out, kind="table", side=side(table_path))]
+    if spec.dump_prompts:
+        outs.append(Output(Path(spec.dump_prompts), spec.where("", "dump_prompts"), kind="prompt-dump"))
+    return outs
+
+
+def spec_inputs(spec, info: dict, spec_file) -> list:
+    """The files the run reads, as (label, path): none of them may be written."""
+    from .spec import model_source, relative
+
+    d, template = spec.data, spec.prompts.template or ""
+    ins = [(spec.where("data", "texts") if d.texts else "data set", info.get("path")),
+           (spec.where("data", "rubric"), relative(d.rubric, spec.base) if d.rubric else None),
+           (spec.where("prompts", "template"), relative(template, spec.base) if template.endswith(".toml") else None),
+           ("experiment spec", spec_file)]
+    model = Path(model_source(spec)).expanduser()
+    if model.is_dir():
+        ins += [(spec.where("model", "id"), f) for f in model.iterdir()]
+    elif model.is_file():  # a GGUF judge
+        ins.append((spec.where("model", "id"), model))
+    return ins

@@ -2,8 +2,9 @@
 progress, meta, table assembly and the atomic save.
 
 :class:`Run` scores: single-criterion (a step per batch of items, :func:`logitjudge.steps.score_batch`) and
-multi-criteria (a step per item, the slot algorithms of :mod:`logitjudge.steps`). :class:`ProbeRun` probes the
-judge's internals on the same rails (a step per item, :func:`logitjudge.probe.steps.probe_item`). The batch plan
+multi-criteria (a step per item, the slot algorithms of :mod:`logitjudge.steps`).
+:class:`~logitjudge.probe.run.ProbeRun` probes the judge's internals on the same rails (a step per item,
+:func:`logitjudge.probe.steps.probe_item`). The batch plan
 is fixed from this rank's whole item list in fixed windows, whatever is already done, and each batch is
 checkpointed as one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is
 equal bit for bit. Under torchrun every rank runs its share with its own checkpoint; rank 0 writes the gathered
@@ -31,16 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from . import distributed, provenance
-from .checkpoint import ARRAYS, SCORES, Checkpoint, CheckpointError, scan
+from .checkpoint import SCORES, Checkpoint, CheckpointError, scan
 from .engine import Engine as NativeEngine
 from .engine import EngineError, Job, NonFiniteError
 from .engines.base import Engine
-from .errors import LogitJudgeError, ProbeError
+from .errors import LogitJudgeError
 from .orderings import fixed, validate
-from .probe.patching import KINDS, make_sites
-from .probe.prompts import probe_prompts
-from .probe.steps import PROBES, check_probe_args, item_pairs, probe_item
-from .probe.table import ProbeTable
 from .progress import Interrupted, Plan, Progress
 from .prompts import chat_meta, default_template, load_template, shows_descriptions
 from .requests import RequestPlan, orders_of, token_meta
@@ -367,98 +364,6 @@ def planned_tokens(run: Run) -> int:
     for batch in run.batches(list(range(len(run.items))), {}):
         total += run.engine.planned_tokens(batch.jobs())
     return total
-
-
-class ProbeRun(Run):
-    """Probe the judge's internals on ``items``' prompts for one criterion (index ``criterion``) under every
-    ordering, on the rails of a :class:`Run` and through the scores' engine (its backend and read-out):
-    ``probes`` (lens, attention, patch, linear), patching ``pairs`` and site ``kinds``, ``hidden_layers``
-    exported for the linear probes (default all). ``option_orders``: (K, n) shared or (I, K, n) per item."""
-
-    label = "probing"
-    multi = False
-    codec = ARRAYS  # an item's record: its arrays
-    table_class = ProbeTable
-
-    def __init__(self, lm, items, rubric, option_orders=None, *, probes=PROBES, criterion: int = 0,
-                 pairs: str = "reverse", kinds=KINDS, hidden_layers=None, template=None,
-                 engine: Engine | None = None, out=None, progress: bool = True, meta: dict | None = None):
-        if not 0 <= criterion < rubric.n_criteria:
-            raise ProbeError(f"criterion index {criterion} outside the rubric's {rubric.n_criteria} criteria")
-        self._setup(lm, items, rubric, option_orders, template or default_template(False), engine, out, progress,
-                    meta)
-        self.probes = check_probe_args(probes, self.option_orders, pairs=pairs, kinds=kinds)
-        backend = self.backend = self.engine.internals()
-        if backend is None:
-            raise ProbeError(f"probing reads the judge's internals, which the {self.engine.name} engine does "
-                             "not expose; probe with the native engine")
-        L = backend.n_layers
-        self.layers = list(range(L)) if hidden_layers is None else sorted(int(x) for x in hidden_layers)
-        if any(not 0 <= x < L for x in self.layers):
-            raise ProbeError(f"hidden layers {self.layers} outside 0..{L - 1}")
-        self.criterion, self.pair_kind, self.kinds = criterion, pairs, tuple(kinds)
-        patch = "patch" in self.probes
-        self.pairs = item_pairs(self.option_orders, pairs) if patch else np.zeros((0, 2), np.int64)
-        self.sites = make_sites(L, backend.n_heads, self.kinds if patch else ())
-        self.settings = {"mode": "probe", "probes": list(self.probes), "criterion": criterion, "pairs": pairs,
-                         "kinds": list(self.kinds), "hidden_layers": self.layers if "linear" in self.probes else [],
-                         "token_budget": self.engine.token_budget, "prefix_mode": self.engine.prefix_mode}
-        self.fingerprint = run_fingerprint(lm, rubric, self.items, self.option_orders, self.template,
-                                           self.settings)
-
-    def check_record(self, item_id: str, record) -> str | None:
-        """Why a probe checkpoint record read back does not fit this run (None: it does): an item the run does
-        not have, other arrays than the probes make, or arrays whose leading dimensions are not the run's."""
-        if item_id not in {it.id for it in self.items}:
-            return "not an item of this run"
-        b, K, n = self.backend, self.option_orders.shape[-2], self.rubric.n_options
-        want = {"probs": (K, n)}
-        if "lens" in self.probes:
-            want["lens_logprobs"] = (K, b.n_layers, n)
-        if "attention" in self.probes:
-            want["attention"] = (K, b.n_layers, b.n_heads)
-        if "linear" in self.probes:
-            want["hidden"] = (K, len(self.layers), 1 + n)
-        if "patch" in self.probes:
-            want.update(clean=(K, n), patched=(len(self.pairs), len(self.sites.layer), n))
-        if set(record) != set(want):
-            return f"arrays {sorted(record)} where this run's are {sorted(want)}"
-        for name, shape in want.items():
-            if record[name].shape[:len(shape)] != shape:
-                return f"{name} of shape {record[name].shape} where this run's starts {shape}"
-        return None
-
-    def batches(self, owned: list[int], done: dict, *, keep: bool = False):
-        """One :class:`Batch` per item not yet done (the prompts are made in the step: nothing to keep); the
-        probes reach the backend directly, so the bar moves per item."""
-        K = self.option_orders.shape[-2]
-        for i in owned:
-            if self.items[i].id not in done:
-                yield Batch([i], self._probe_step, K)
-
-    def _probe_step(self, idx: list[int]) -> list[dict]:
-        i = idx[0]
-        prompts = probe_prompts(self.lm, self.rubric, self.items[i], orders_of(self.option_orders, i),
-                                self.template, criterion=self.criterion)
-        return [probe_item(self.backend, prompts, self.probes, pairs=self.pairs, sites=self.sites,
-                           hidden_layers=self.layers, token_budget=self.engine.token_budget)]
-
-    def table(self, done: dict, elapsed: float, world_size: int = 1) -> ProbeTable:
-        """The ProbeTable of finished records ``{item_id: {name: array}}``, in the items' order."""
-        crit, backend = self.rubric.criteria[self.criterion], self.backend
-        first = RequestPlan(self.lm, self.template, self.rubric, self.items[:1], orders_of(self.option_orders, 0))
-        meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed, first)
-        meta.update(fingerprint=self.fingerprint, world_size=world_size, n_layers=backend.n_layers,
-                    n_heads=backend.n_heads, probes=list(self.probes), pairs=self.pair_kind,
-                    criterion=crit.name, timings={"probe_seconds": elapsed})
-        meta.update(self.meta)
-        first = done[self.items[0].id]
-        stack = {k: np.stack([done[it.id][k] for it in self.items]) for k in first}
-        return ProbeTable([it.id for it in self.items], self.option_orders, [o.label for o in crit.options],
-                          crit.name, stack.pop("probs"),
-                          hidden_layers=np.array(self.layers if "linear" in self.probes else [], dtype=np.int64),
-                          pairs=self.pairs, site_layer=self.sites.layer, site_kind=self.sites.kind,
-                          site_head=self.sites.head, meta=meta, **stack)
 
 
 ENGINE_HEAD = ("prefix_mode", "token_budget", "batch_tokens")  # the engine's meta keys written before the run's own

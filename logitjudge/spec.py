@@ -377,6 +377,37 @@ def from_flags(args, *, name: str = "score") -> Spec:
     return Spec(name=name, **top, **sections, from_flags=True)
 
 
+def load_spec(spec) -> Spec:
+    """A validated spec with every default filled in (``spec``: a TOML file path, a dict or a :class:`Spec`)."""
+    if isinstance(spec, Spec):
+        return spec
+    if isinstance(spec, (str, Path)):
+        p = Path(spec)
+        from .tomlfile import read_toml
+
+        raw = read_toml(p, what="experiment spec", error=SpecError, hint="see experiments/*.toml for examples")
+        return from_dict(raw, base=str(p.resolve().parent))
+    if isinstance(spec, dict):
+        return from_dict(spec)
+    raise SpecError(f"an experiment spec is a .toml path, a dict or a Spec, got {type(spec).__name__}")
+
+
+def with_overrides(spec: Spec, overrides: dict | None) -> Spec:
+    """``spec`` with ``{section: {key: value}}`` (section "" for top-level keys) set; None values are skipped."""
+    for section, values in (overrides or {}).items():
+        values = {k: v for k, v in values.items() if v is not None}
+        if not values:
+            continue
+        if not section:
+            spec = replace(spec, **values)
+            continue
+        cls = SECTIONS[section]
+        checked = {f.name: check_value(f, values[f.name], flag_of(f), flag=True) for f in fields(cls)
+                   if f.name in values}
+        spec = replace(spec, **{section: replace(getattr(spec, section), **checked)})
+    return spec
+
+
 def relative(value: str, base: str | None) -> str:
     """A path relative to the spec file's folder when it exists there, else as given."""
     p = Path(value).expanduser()

@@ -171,7 +171,7 @@ def test_lens_reads_one_log_sum_exp_per_position(lm, monkeypatch):
 # ---- the planted shortcut -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def planted_table():
-    from logitjudge.run import ProbeRun
+    from logitjudge.probe.run import ProbeRun
 
     lm, rub, tpl = planted_lm(tiny_tokenizer())
     words = " ".join(CORPUS).split()

@@ -10,14 +10,14 @@ import pytest
 from conftest import fresh_tiny_lm
 
 from logitjudge import balanced, builtin_rubric
-from logitjudge import run as run_mod
 from logitjudge.checkpoint import Checkpoint
 from logitjudge.cli import main
 from logitjudge.errors import ProbeError
 from logitjudge.items import Item
 from logitjudge.orderings import parse
+from logitjudge.probe import run as run_mod
+from logitjudge.probe.run import ProbeRun
 from logitjudge.probe.table import ProbeTable
-from logitjudge.run import ProbeRun
 
 TEXTS = ["Once upon a time a cat sat on the mat.", "The dog barked at the moon while the sun rose slowly.",
          "The article says that the economy grew by three percent.", "The text is clear and correct."]

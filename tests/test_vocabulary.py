@@ -140,3 +140,24 @@ def test_compare_reads_as_analyze_reads_by_default():
     from logitjudge.sections.paradigms import compare_tables
 
     assert inspect.signature(compare_tables).parameters["reading"].default == AnalysisSpec().reading
+
+
+COMMON = {"debug", "verbose"}  # every command's own: a traceback for the one-line error; the log on stderr
+
+
+@pytest.mark.parametrize("name,printed", [("run", {"spec", "quiet"}), ("compare", {"tables", "plot", "json"})])
+def test_run_and_compare_are_python_functions_with_their_flags_names(name, printed):
+    """``lj.run`` and ``lj.compare`` take every flag of their command under the flag's name (a section's flag
+    under its own, ``--token-budget`` as ``token_budget``) with the flag's default; the command only prints
+    (``--quiet`` is ``progress=False``; ``--plot`` and ``--json`` are what compare prints to)."""
+    params = inspect.signature(getattr(lj, name)).parameters
+    for dest, action in options(command(name)).items():
+        if dest == "help":
+            continue
+        keyword = action.option_strings[0].lstrip("-").replace("-", "_")  # --chat/--no-chat: chat
+        if keyword in printed | COMMON:
+            continue
+        assert keyword in params, f"lj.{name} has no keyword for {action.option_strings[0]}"
+        default = params[keyword].default
+        assert default == action.default or (default is False and action.default is None), (keyword, default)
+    assert ("progress" in params) == (name == "run")
