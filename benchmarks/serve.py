@@ -17,41 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
+from benchmarks.local_server import Server
 from benchmarks.timing import best_of_interleaved
 from benchmarks.workloads import make_texts
-
-
-class Server:
-    """uvicorn on a free port of 127.0.0.1, in a thread."""
-
-    def __init__(self, app):
-        import uvicorn
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.url = f"http://127.0.0.1:{s.getsockname()[1]}"
-        port = int(self.url.rsplit(":", 1)[1])
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        return self.url
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 def run_clients(url: str, rows: list[dict], clients: int, per_request: int, orderings: str) -> dict:

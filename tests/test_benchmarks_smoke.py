@@ -396,3 +396,15 @@ def test_vllm_peer_reads_the_plain_probabilities(tiny_lm, tmp_path):
     assert v["max_abs_dp"] < 1e-4 and v["block_size"] == 16 and v["startup_seconds"] > 0
     assert v["prompt_tokens"] == sum(len(p["prompt_ids"]) for g in planned["groups"] for p in g)  # 1-token labels
     assert 0 < v["cached_tokens"] < v["prompt_tokens"] and v["tokens"] == v["prompt_tokens"] - v["cached_tokens"]
+
+
+def test_http_client_benchmark_times_each_client_on_checked_answers(tmp_path, capsys):
+    """benchmarks.http_client: urllib (the HTTP engine's own _once) and httpx send the same requests to a local
+    uvicorn app; each answer is checked against the body sent, and the table and JSON have every client."""
+    pytest.importorskip("uvicorn")
+    from benchmarks import http_client
+
+    out = http_client.main(["--requests", "3", "--rounds", "1", "--prompts", "4", "--json", str(tmp_path / "h.json")])
+    assert set(out["clients"]) == {"urllib", "httpx", "httpx-new"}
+    assert all(c["ms_per_request"] > 0 for c in out["clients"].values())
+    assert "urllib" in capsys.readouterr().out and (tmp_path / "h.json").exists()
