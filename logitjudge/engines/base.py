@@ -12,11 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from ..spec import ModelSpec
+
 if TYPE_CHECKING:
     import numpy as np
 
     from ..engine import Job, JobResult
     from ..verify import AuditResult
+
+
+TOKEN_BUDGET = ModelSpec.token_budget  # every engine's default: the [model] token_budget's (one default, issue 53)
 
 
 @runtime_checkable

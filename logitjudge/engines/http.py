@@ -31,7 +31,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..engine import EngineError
-from .base import refuse_native_settings
+from .base import TOKEN_BUDGET, refuse_native_settings
 from .reads import Context, ServedEngine, load_served_judge, reference_loader
 
 log = logging.getLogger("logitjudge.engines")
@@ -73,7 +73,7 @@ class HTTPConfig:
     engine: str
     dtype: str = "fp32"
     device: str = "cpu"
-    token_budget: int = 16384
+    token_budget: int = TOKEN_BUDGET
     concurrency: int = 8
     request_timeout: int = 300
     prefix_mode: str = "auto"
@@ -113,7 +113,7 @@ class HTTPEngine(ServedEngine):
 
     name = "http"
 
-    def __init__(self, url: str, *, dtype: str = "fp32", token_budget: int = 16384, concurrency: int = 8,
+    def __init__(self, url: str, *, dtype: str = "fp32", token_budget: int = TOKEN_BUDGET, concurrency: int = 8,
                  batch: int = 32, timeout: float = 300.0, retries: int = 3, reference=None):
         super().__init__(token_budget=token_budget, dtype=dtype)
         self.url = normalise_url(url)

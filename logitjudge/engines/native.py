@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..engine import Engine
+from .base import TOKEN_BUDGET
 
 log = logging.getLogger("logitjudge")
 
@@ -21,7 +22,7 @@ class NativeConfig:
     ``quantize`` and ``attn_implementation`` for the judge it loads."""
 
     name: ClassVar[str] = "native"
-    token_budget: int = 4096
+    token_budget: int = TOKEN_BUDGET
     prefix_mode: str = "auto"
     dtype: str = "fp32"
     device: str = "cpu"

@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..engine import EngineError
-from .base import refuse_native_settings
+from .base import TOKEN_BUDGET, refuse_native_settings
 from .reads import Context, ServedEngine, load_served_judge, reference_loader
 
 log = logging.getLogger("logitjudge.engines")
@@ -46,7 +46,7 @@ class VLLMConfig:
     name: ClassVar[str] = "vllm"
     dtype: str = "fp32"
     device: str = "cpu"
-    token_budget: int = 16384
+    token_budget: int = TOKEN_BUDGET
     block_size: int | None = None
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
@@ -100,8 +100,9 @@ class VLLMEngine(ServedEngine):
 
     name = "vllm"
 
-    def __init__(self, source: str, *, revision: str | None = None, dtype: str = "fp32", token_budget: int = 16384,
-                 block_size: int | None = None, tensor_parallel: int = 1, pipeline_parallel: int = 1,
+    def __init__(self, source: str, *, revision: str | None = None, dtype: str = "fp32",
+                 token_budget: int = TOKEN_BUDGET, block_size: int | None = None, tensor_parallel: int = 1,
+                 pipeline_parallel: int = 1,
                  enforce_eager: bool | None = None, kv_cache_gib: float | None = None, seed: int = 0,
                  engine_args: dict | None = None, reference=None):
         super().__init__(token_budget=token_budget, dtype=dtype)
