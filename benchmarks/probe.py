@@ -71,8 +71,8 @@ def main(argv=None) -> int:
     from logitjudge.autodtype import cpu_info, describe_cpu
     from logitjudge.engine import Engine
     from logitjudge.models import set_threads
-    from logitjudge.probe.patching import make_pairs, make_sites, patch_item
-    from logitjudge.probe.prompts import probe_prompts
+    from logitjudge.probing.patching import make_pairs, make_sites, patch_item
+    from logitjudge.probing.prompts import probe_prompts
 
     threads = set_threads(args.threads)
     lm, wls = workloads.load(args.model, [args.workload], device=args.device)
@@ -169,7 +169,7 @@ def plain_way(model, prompts, pairs, sites, mask, *, logits: str) -> dict:
     the patches in ``mask``, each timed; the others stay NaN."""
     import time
 
-    from logitjudge.probe.patching import PlainPatcher
+    from logitjudge.probing.patching import PlainPatcher
 
     t0 = time.perf_counter()
     plain = PlainPatcher(model, prompts, sites, logits=logits)

@@ -3,7 +3,7 @@ appears (logit lens), the heads that carry it (order-swap patching of single hea
 to option positions), and where the chosen position / option is linearly decodable (probes).
 
 The run is the library's own probe path: a ``logitjudge run`` spec with a ``[probe]`` section (``experiment.
-prepare`` loads HANNA, ``probe_experiment`` runs a :class:`logitjudge.probe.run.ProbeRun`, resumable, and writes the
+prepare`` loads HANNA, ``probe_experiment`` runs a :class:`logitjudge.probing.run.ProbeRun`, resumable, and writes the
 probe page with :func:`logitjudge.report.probe.write_probe_report`); this script reads the page's ``probe.json``,
 prints the study's tables and draws one compact figure. Stories: ``--stories N`` WritingPrompts prompts drawn with
 ``--seed``, one story of each (its system drawn with the seed), criterion ``--criterion`` (Coherence), the HANNA
@@ -82,7 +82,7 @@ def one_story_per_prompt(items, seed: int) -> list:
 def prompt_facts(lm, exp) -> tuple[dict, list[int]]:
     """How many tokens each label of the probed criterion has (in the prompt's continuation), and the prompt
     lengths of the first story's orderings."""
-    from logitjudge.probe.prompts import probe_prompts
+    from logitjudge.probing.prompts import probe_prompts
 
     pps = probe_prompts(lm, exp.rubric, exp.items[0], exp.option_orders, exp.template)
     labels = [o.label for o in exp.rubric.criteria[0].options]

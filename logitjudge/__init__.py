@@ -10,16 +10,16 @@ from .table import ScoreTable
 __version__ = "0.1.0"
 
 __all__ = [
-    # the top-level API: lj.load_judge, lj.score, lj.analyze (logitjudge.api), lj.run, lj.compare
+    # the top-level API: lj.load_judge, lj.score, lj.analyze (logitjudge.api), lj.run, lj.probe, lj.compare
     # (logitjudge.commands), lj.rank (logitjudge.picks), lj.reward (logitjudge.rlaif)
-    "Report", "Result", "analyze", "compare", "load_judge", "rank", "reward", "run", "score",
+    "Report", "Result", "analyze", "compare", "load_judge", "probe", "rank", "reward", "run", "score",
     # the building blocks (the submodules are the long form)
     "Criterion", "Rubric", "ScoreOption", "ScoreTable", "balanced", "builtin_rubric", "fixed", "is_balanced",
     "load_rubric", "random_orders", "shared_random_orders", "__version__",
 ]
 
 _LAZY = {"rank": ("picks", "rank"), "reward": ("rlaif", "reward"), "run": ("commands", "run"),
-         "compare": ("commands", "compare")}  # pandas, scipy, torch load on first use
+         "probe": ("commands", "probe"), "compare": ("commands", "compare")}  # pandas, scipy, torch load on first use
 
 
 def __getattr__(name):

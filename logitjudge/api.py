@@ -43,7 +43,8 @@ KEYWORDS = {("model", "id"): "model", ("model", "dtype"): "dtype", ("model", "de
             ("orderings", "options"): "orderings", ("orderings", "criteria"): "criterion_orderings",
             ("orderings", "seed"): "seed", ("", "out"): "out", ("", "dump_prompts"): "dump_prompts",
             ("analysis", "n_boot"): "n_boot", ("analysis", "method"): "method", ("analysis", "seed"): "seed",
-            ("analysis", "n_draws"): "n_draws", ("analysis", "reading"): "reading"}
+            ("analysis", "n_draws"): "n_draws", ("analysis", "reading"): "reading",
+            **{("probe", key): key for key in ("probes", "criterion", "pairs", "sites", "layers", "report")}}
 
 
 # lj.load_judge(engine_options=...): the [model] settings of the serving engines

@@ -1,21 +1,24 @@
-"""The ``run`` and ``compare`` commands as Python functions (``lj.run``, ``lj.compare``): the same settings under
-the flags' names (``--token-budget`` is ``token_budget=``), the same defaults; ``cli.py`` only prints what they
-return. ``lj.score`` and ``lj.analyze`` (:mod:`logitjudge.api`) are the ``score`` and ``analyze`` commands."""
+"""The ``run``, ``probe`` and ``compare`` commands as Python functions (``lj.run``, ``lj.probe``, ``lj.compare``):
+the same settings under the flags' names (``--token-budget`` is ``token_budget=``), the same defaults; ``cli.py``
+only prints what they return. ``lj.score`` and ``lj.analyze`` (:mod:`logitjudge.api`) are the ``score`` and
+``analyze`` commands."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from .spec import AnalysisSpec
+from .spec import AnalysisSpec, ProbeSpec, Spec
 
-__all__ = ["RunResult", "compare", "run"]
+__all__ = ["ProbeResult", "RunResult", "compare", "probe", "run"]
+
+_SPEC = Spec()  # the spec's defaults: the one source of every keyword default here
 
 
 @dataclass(frozen=True)
 class RunResult:
     """What ``lj.run`` made: the analysis ``verdict`` (one line), the ``report`` folder, the analysis ``results``
-    (as results.json holds them) and, where the spec probes, the ``probe_report`` page folder."""
+    (as results.json holds them) and, where the spec probes, the probe page (``probe_report``: probe/probe.html)."""
 
     verdict: str
     report: Path
@@ -41,6 +44,67 @@ def run(spec, *, out=None, judge=None, threads: int | None = None, token_budget:
     res = run_experiment(spec, out=out, lm=judge, overrides=over, progress=progress, force=force)
     probe = res.get("probe_report")
     return RunResult(res["verdict"], Path(res["report"]), res["results"], None if probe is None else Path(probe))
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What ``lj.probe`` made: the :class:`~logitjudge.probing.table.ProbeTable` (``table``), where it was saved
+    (``path``; None: not saved) and the probe page (``page``: probe.html in the ``report`` folder; None: not
+    written)."""
+
+    table: object
+    path: Path | None = None
+    page: Path | None = None
+
+
+def probe(judge, data=None, *, text: str = "text", context: str | None = "context", id: str | None = "id",
+          group: str | None = "group", dataset: str | None = _SPEC.data.name, data_dir=_SPEC.data.dir,
+          limit: int | None = _SPEC.data.limit, rubric=_SPEC.data.rubric, criteria: list | None = _SPEC.data.criteria,
+          orderings: str = _SPEC.orderings.options, seed: int = _SPEC.orderings.seed,
+          template=_SPEC.prompts.template, chat: bool | None = _SPEC.prompts.chat,
+          probes=("lens", "attention", "patch", "linear"), criterion: str | None = _SPEC.probe.criterion,
+          pairs: str = _SPEC.probe.pairs, sites=_SPEC.probe.sites, layers=_SPEC.probe.layers,
+          report=_SPEC.probe.report, n_boot: int = _SPEC.analysis.n_boot, out=_SPEC.out, force: bool = False,
+          token_budget: int = _SPEC.model.token_budget, prefix_mode: str = _SPEC.model.prefix_mode,
+          verify: int | None = _SPEC.model.verify, dump_prompts=_SPEC.dump_prompts,
+          progress: bool = True) -> ProbeResult:
+    """Where the judge's position bias comes from: ``logitjudge probe`` (logit lens, attention to the option lines,
+    order-swap patching, linear probes; docs/probing.md) on the prompts :func:`~logitjudge.api.score` would score.
+    ``data``/``dataset`` and the prompt and ordering keywords: as ``lj.score`` takes them (a rubric by name or
+    file; a design name for ``orderings``). ``probes``, ``criterion``, ``pairs``, ``sites``, ``layers``,
+    ``report`` (the page's folder) and ``n_boot``: the flags of the same names. ``out``: also save the probe
+    table there (.npz), resumable. Returns a :class:`ProbeResult`."""
+    from .api import _CallSpec, _judge_model, _open, _section
+    from .errors import LogitJudgeError
+    from .items import items_from_data
+    from .spec import AnalysisSpec, DataSpec, OrderingSpec, PromptSpec
+
+    if isinstance(judge, (str, Path)):
+        raise LogitJudgeError(f"lj.probe: the judge is a loaded model, not its name {str(judge)!r}; load it once "
+                              f"with judge = lj.load_judge({str(judge)!r}) and pass judge")
+    if (data is None) == (dataset is None):
+        raise LogitJudgeError("lj.probe: give exactly one of data (a DataFrame, a list of dicts or a "
+                              ".jsonl/.csv/.parquet file) or dataset=NAME (hanna, summeval, mt_bench, vicuna_bench)")
+    items, path = items_from_data(data, text=text, id=id, context=context, group=group) if data is not None \
+        else (None, None)
+    given = {"probes": None if probes is None else list(probes), "criterion": criterion, "pairs": pairs,
+             "sites": None if sites is None else list(sites), "layers": None if layers is None else list(layers),
+             "report": None if report is None else str(report)}
+    spec = _CallSpec(
+        name="probe", out=None if out is None else str(out),
+        dump_prompts=None if dump_prompts is None else str(dump_prompts),
+        model=_judge_model(judge, token_budget=token_budget, prefix_mode=prefix_mode, verify=verify),
+        data=_section(DataSpec, {"texts": path, "name": dataset, "dir": None if data_dir is None else str(data_dir),
+                                 "limit": limit, "rubric": None if rubric is None else str(rubric),
+                                 "criteria": criteria}, "probe", "data"),
+        prompts=_section(PromptSpec, {"template": None if template is None else str(template), "chat": chat},
+                         "probe", "prompts"),
+        orderings=_section(OrderingSpec, {"options": orderings, "seed": seed}, "probe", "orderings"),
+        probe=_section(ProbeSpec, given, "probe", "probe"),
+        analysis=_section(AnalysisSpec, {"n_boot": n_boot}, "probe", "analysis"), from_flags=True)
+    run = _open(spec, judge, force=force, items=items, rubric=None, template=None, orders=None)
+    table, page = run.probe(progress=progress)
+    return ProbeResult(table, run.exp.probe_path, page)
 
 
 def compare(tables, *, human=None, dataset: str | None = None, data_dir=None, criteria=None,

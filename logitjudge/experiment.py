@@ -3,7 +3,7 @@
 The pipeline, each step calling only those below it: :func:`prepare` (the spec's data, rubric, template, orders
 and outputs, no model) -> :func:`~logitjudge.preflight.preflight` (the judge's tokenizer and config: the request
 plan, every prompt checked) -> :class:`OpenExperiment` (the judge loaded once, its engine made and audited once on
-that plan) -> :func:`score_experiment` / :func:`~logitjudge.probe.run.probe_experiment` -> analysis ->
+that plan) -> :func:`score_experiment` / :func:`~logitjudge.probing.run.probe_experiment` -> analysis ->
 :func:`~logitjudge.report.experiment.write_experiment_report`. The spec's settings and an example are in
 docs/getting-started.md ("An experiment spec"); their defaults, help and checks are the fields of
 :mod:`logitjudge.spec`.
@@ -18,7 +18,7 @@ from .items import Item
 from .orderings import OrderingError, check_memory
 from .outputs import spec_inputs, spec_outputs
 from .preflight import preflight
-from .probe.run import probe_experiment, probe_settings
+from .probing.run import probe_experiment, probe_settings
 from .report.experiment import write_experiment_report
 from .rubric import Rubric
 from .selection import load_items, plan_orders
@@ -58,7 +58,7 @@ class OpenExperiment:
         return score_experiment(self.exp, self.lm, engine, self.plan, progress=progress)
 
     def probe(self, *, progress: bool = True):
-        """The probe table and page (:func:`~logitjudge.probe.run.probe_experiment`), on the scores' engine after
+        """The probe table and page (:func:`~logitjudge.probing.run.probe_experiment`), on the scores' engine after
         :meth:`score`; alone (the probe command), on an engine audited here, with the probed prompts' dump."""
         alone = self._engine is None
         engine = self.engine()

@@ -3,8 +3,8 @@ progress, meta, table assembly and the atomic save.
 
 :class:`Run` scores: single-criterion (a step per batch of items, :func:`logitjudge.steps.score_batch`) and
 multi-criteria (a step per item, the slot algorithms of :mod:`logitjudge.steps`).
-:class:`~logitjudge.probe.run.ProbeRun` probes the judge's internals on the same rails (a step per item,
-:func:`logitjudge.probe.steps.probe_item`). The batch plan
+:class:`~logitjudge.probing.run.ProbeRun` probes the judge's internals on the same rails (a step per item,
+:func:`logitjudge.probing.steps.probe_item`). The batch plan
 is fixed from this rank's whole item list in fixed windows, whatever is already done, and each batch is
 checkpointed as one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is
 equal bit for bit. Under torchrun every rank runs its share with its own checkpoint; rank 0 writes the gathered

@@ -152,7 +152,7 @@ class AnalysisSpec:
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    """Probing the judge's internals (:mod:`logitjudge.probe`): ``logitjudge probe``, or after scoring in a run
+    """Probing the judge's internals (:mod:`logitjudge.probing`): ``logitjudge probe``, or after scoring in a run
     spec, where it is off unless ``probes`` is set."""
 
     probes: list | None = opt(None, "probes on the scored prompts: lens, attention, patch, linear (logitjudge probe: "

@@ -84,7 +84,7 @@ def planted_lm(tokenizer) -> tuple[Judge, Rubric, object]:
     rubric, template = planted_rubric(), builtin_template("rubric-first")
     config = type("C", (), {"max_position_embeddings": 512})()  # only the prompts are read: no weights yet
     probe_lm = Judge(tokenizer, config, "planted")
-    from logitjudge.probe.prompts import probe_prompts
+    from logitjudge.probing.prompts import probe_prompts
 
     item = Item("x", "The cat sat on the mat.")
     pps = probe_prompts(probe_lm, rubric, item, balanced(5), template)

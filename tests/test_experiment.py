@@ -299,7 +299,7 @@ def test_probe_section_probes_the_scored_items(root):
     """[probe] runs the chosen probes on the first `limit` scored items and writes the probe page beside the
     report; the lens's last layer equals the scored probabilities (the same prompts, the same model)."""
     from logitjudge.outputs import Output, check_outputs, report_folder
-    from logitjudge.probe.table import ProbeTable
+    from logitjudge.probing.table import ProbeTable
 
     out = root / "probed"
     spec = {"name": "tiny-probe", "out": str(out), "_base": str(root), "model": {"id": "tiny"},
@@ -324,7 +324,7 @@ def test_probe_section_probes_the_scored_items(root):
     ({"probes": ["patch"], "sites": ["ffn"]}, ["[probe]", "unknown patch sites"]),
 ])
 def test_bad_probe_section_is_refused_before_the_model(root, probe, words):
-    from logitjudge.probe.run import probe_settings
+    from logitjudge.probing.run import probe_settings
 
     spec = {"name": "bad", "out": str(root / "bad"), "_base": str(root),
             "data": {"texts": "texts.jsonl", "rubric": "rubric.toml"}, "probe": probe}

@@ -68,7 +68,7 @@ def _score(model_dir, texts, out, *extra):
 
 # ---- 1. outputs never overwrite an input or a file of another kind -------------------------------------------
 def test_outputs_are_refused_before_the_model_loads(tmp_path, model_dir, table, capsys, no_load):
-    from logitjudge.probe.table import ProbeTable
+    from logitjudge.probing.table import ProbeTable
 
     texts = write_texts(tmp_path / "t.jsonl", 2)
     notes = tmp_path / "notes.txt"

@@ -169,7 +169,7 @@ def test_judges_extra_pins_the_registry():
 def test_probe_on_chat_prompts(chat_model, tmp_path):
     """The probes read the same chat prompts the scores come from (their token spans tokenized as scored): the
     logit lens's last layer is the scored distribution."""
-    from logitjudge.probe.table import ProbeTable
+    from logitjudge.probing.table import ProbeTable
 
     texts = write_texts(tmp_path / "texts.jsonl", 2)
     out = tmp_path / "p.npz"

@@ -1,4 +1,4 @@
-"""logitjudge.probe: exactness against the plain model and the engine in every prefix mode (each backend's hook
+"""logitjudge.probing: exactness against the plain model and the engine in every prefix mode (each backend's hook
 points), and a planted positional shortcut that lens, attention, patching and probes must find."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from logitjudge.errors import ProbeError
 from logitjudge.items import Item
 from logitjudge.judge import MODES
 from logitjudge.judge.hooks import attn_implementation
-from logitjudge.probe.capture import capture_item
-from logitjudge.probe.lens import option_distribution
-from logitjudge.probe.patching import make_pairs, make_sites, patch_item, patch_item_plain
-from logitjudge.probe.prompts import probe_prompts
-from logitjudge.probe.spans import category_names
+from logitjudge.probing.capture import capture_item
+from logitjudge.probing.lens import option_distribution
+from logitjudge.probing.patching import make_pairs, make_sites, patch_item, patch_item_plain
+from logitjudge.probing.prompts import probe_prompts
+from logitjudge.probing.spans import category_names
 from logitjudge.prompts import builtin_template
 from logitjudge.report.probe import probe_results
 from logitjudge.rubric import Criterion, Rubric, ScoreOption, likert
@@ -171,7 +171,7 @@ def test_lens_reads_one_log_sum_exp_per_position(lm, monkeypatch):
 # ---- the planted shortcut -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def planted_table():
-    from logitjudge.probe.run import ProbeRun
+    from logitjudge.probing.run import ProbeRun
 
     lm, rub, tpl = planted_lm(tiny_tokenizer())
     words = " ".join(CORPUS).split()
@@ -277,7 +277,7 @@ def test_wide_logistic_fit_in_the_span_of_the_rows_is_the_same_optimum():
 def test_gemma_lens_attention_and_patching_are_exact(gemma_lm):
     """The real Gemma-3-270M (18 layers, GQA, sliding + global layers): lens = engine, masses sum to 1,
     batched patching = one full forward per patch (tolerance 1e-5 on option probabilities)."""
-    from logitjudge.probe.patching import Sites
+    from logitjudge.probing.patching import Sites
 
     orders = balanced(5)
     pps = probe_prompts(gemma_lm, digit_rubric(), _items(2)[0], orders)

@@ -15,9 +15,9 @@ from logitjudge.cli import main
 from logitjudge.errors import ProbeError
 from logitjudge.items import Item
 from logitjudge.orderings import parse
-from logitjudge.probe import run as run_mod
-from logitjudge.probe.run import ProbeRun
-from logitjudge.probe.table import ProbeTable
+from logitjudge.probing import run as run_mod
+from logitjudge.probing.run import ProbeRun
+from logitjudge.probing.table import ProbeTable
 
 TEXTS = ["Once upon a time a cat sat on the mat.", "The dog barked at the moon while the sun rose slowly.",
          "The article says that the economy grew by three percent.", "The text is clear and correct."]
@@ -141,3 +141,21 @@ def test_cli_refuses_bad_input_before_loading(tmp_path, capsys, monkeypatch, arg
     assert rc == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1
+
+
+def test_lj_probe_is_the_probe_command_in_python(lm, tmp_path):
+    """lj.probe builds the spec `logitjudge probe` builds and probes through the same run: its table equals a
+    ProbeRun's on the same items, and a bad setting is refused naming the keyword, before anything runs."""
+    import logitjudge as lj
+
+    rows = [{"id": it.id, "text": it.text} for it in _items()[:2]]
+    res = lj.probe(lm, rows, probes=("lens", "patch"), sites=("resid", "attn"), pairs="canonical",
+                   out=tmp_path / "p.npz", report=tmp_path / "page", n_boot=20, progress=False)
+    want = ProbeRun(lm, _items()[:2], builtin_rubric("default"), balanced(5), probes=("lens", "patch"),
+                    kinds=("resid", "attn"), pairs="canonical", progress=False).execute()
+    np.testing.assert_array_equal(res.table.probs, want.probs)
+    np.testing.assert_array_equal(res.table.patched, want.patched)
+    assert res.path == tmp_path / "p.npz" and ProbeTable.load(res.path).item_ids == ["t0", "t1"]
+    assert res.page == tmp_path / "page" / "probe.html" and res.page.exists()
+    with pytest.raises(Exception, match=r"lj\.probe\(probes=\.\.\.\)"):
+        lj.probe(lm, rows, probes=["lens", "heads"])

@@ -168,7 +168,7 @@ def test_probe_page_numbers_positions_from_1_and_layers_as_transformers(tmp_path
     import numpy as np
 
     from logitjudge.orderings import balanced
-    from logitjudge.probe.table import ProbeTable
+    from logitjudge.probing.table import ProbeTable
     from logitjudge.report.probe import NUMBERING, write_probe_report
 
     orders, rng = balanced(5), np.random.default_rng(0)

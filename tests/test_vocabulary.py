@@ -145,19 +145,43 @@ def test_compare_reads_as_analyze_reads_by_default():
 COMMON = {"debug", "verbose"}  # every command's own: a traceback for the one-line error; the log on stderr
 
 
-@pytest.mark.parametrize("name,printed", [("run", {"spec", "quiet"}), ("compare", {"tables", "plot", "json"})])
-def test_run_and_compare_are_python_functions_with_their_flags_names(name, printed):
-    """``lj.run`` and ``lj.compare`` take every flag of their command under the flag's name (a section's flag
-    under its own, ``--token-budget`` as ``token_budget``) with the flag's default; the command only prints
-    (``--quiet`` is ``progress=False``; ``--plot`` and ``--json`` are what compare prints to)."""
+def _default(value):
+    """A flag's default as a keyword holds it: a comma-separated list (``--probes``) as its items."""
+    return [x.strip() for x in value.split(",")] if isinstance(value, str) and "," in value else value
+
+
+@pytest.mark.parametrize("name,printed", [("run", {"spec", "quiet"}), ("probe", {"quiet"}),
+                                          ("compare", {"tables", "plot", "json"})])
+def test_run_probe_and_compare_are_python_functions_with_their_flags_names(name, printed):
+    """``lj.run``, ``lj.probe`` and ``lj.compare`` take every flag of their command under the flag's name (a
+    section's flag under its own, ``--token-budget`` as ``token_budget``) with the flag's default; the command only
+    prints (``--quiet`` is ``progress=False``; ``--plot`` and ``--json`` are what compare prints to). lj.probe, like
+    lj.score, takes a judge from lj.load_judge (whose keywords the other [model] flags are) and ``data`` for
+    ``--texts``."""
     params = inspect.signature(getattr(lj, name)).parameters
     for dest, action in options(command(name)).items():
-        if dest == "help":
+        if dest == "help" or (dest.startswith("model.") and dest[6:] in NOT_IN_SCORE):
             continue
-        keyword = action.option_strings[0].lstrip("-").replace("-", "_")  # --chat/--no-chat: chat
+        keyword = "data" if dest == "data.texts" else action.option_strings[0].lstrip("-").replace("-", "_")
         if keyword in printed | COMMON:
             continue
         assert keyword in params, f"lj.{name} has no keyword for {action.option_strings[0]}"
         default = params[keyword].default
-        assert default == action.default or (default is False and action.default is None), (keyword, default)
-    assert ("progress" in params) == (name == "run")
+        default = list(default) if isinstance(default, tuple) else default
+        assert default == _default(action.default) or (default is False and action.default is None), keyword
+    assert ("progress" in params) == (name != "compare")
+
+
+def test_every_engine_defaults_to_the_specs_token_budget():
+    """``token_budget`` defaulted to 4096 in the spec and 16384 in the served engines; each engine's config and
+    constructor now default to the spec's."""
+    from logitjudge.engine import Engine
+    from logitjudge.engines import ENGINES
+    from logitjudge.engines.http import HTTPEngine
+    from logitjudge.engines.vllm_local import VLLMEngine
+
+    want = ModelSpec().token_budget
+    for name, config in ENGINES.items():
+        assert next(f.default for f in fields(config) if f.name == "token_budget") == want, name
+    for cls in (Engine, HTTPEngine, VLLMEngine):
+        assert inspect.signature(cls).parameters["token_budget"].default == want, cls.__name__

@@ -43,7 +43,7 @@ def _first_attr(obj, names: tuple[str, ...], what: str):
         if hasattr(obj, n):
             return getattr(obj, n)
     raise ProbeError(f"probing cannot find the {what} of {type(obj).__name__} (looked for {list(names)}); "
-                     "this model family is not supported by logitjudge.probe")
+                     "this model family is not supported by logitjudge.probing")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The probe report page: ``probe.md``, a self-contained ``probe.html`` (plots inline), ``probe.json`` and the
-PNGs, from a :class:`~logitjudge.probe.table.ProbeTable` (its arrays, read here as the sections read a
+PNGs, from a :class:`~logitjudge.probing.table.ProbeTable` (its arrays, read here as the sections read a
 ScoreTable's, go through the pure estimators of :mod:`logitjudge.stats.probing` and :mod:`.linear_probe`).
 
 Figures: layer x position heatmap of the lens's position effect (with the χ² per layer), layer x head heatmaps

@@ -1,4 +1,4 @@
-"""Estimates on the arrays of a probe run (:class:`logitjudge.probe.table.ProbeTable`): where the position
+"""Estimates on the arrays of a probe run (:class:`logitjudge.probing.table.ProbeTable`): where the position
 preference appears along the layers (logit lens), which heads attend by position or follow the chosen content
 (attention), which sites carry the choice (order-swap patching).
 

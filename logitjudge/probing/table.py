@@ -1,5 +1,5 @@
 """ProbeTable: everything a probe run measured, one ``.npz`` (made resumable by the run's checkpoint, like a
-ScoreTable: :class:`logitjudge.probe.run.ProbeRun`).
+ScoreTable: :class:`logitjudge.probing.run.ProbeRun`).
 
 Arrays (I items, K orderings, n options, L layers, H heads, C = 2n + 3 span categories, P pairs, S sites):
 

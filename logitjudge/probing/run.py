@@ -130,6 +130,11 @@ def probe_settings(exp: Experiment) -> dict | None:
         raise SpecError(f"spec [probe]: probing reads rubric prompts; run it with paradigm = \"pointwise\" (this "
                         f"spec is {exp.spec.prompts.paradigm})")
     kinds = tuple(p.sites or KINDS)
+    for key, given, known in (("probes", p.probes, PROBES), ("sites", kinds, KINDS)):  # named as the caller set them
+        bad = sorted(set(given) - set(known))
+        if bad:
+            raise SpecError(f"{exp.spec.where('probe', key)}: unknown {'probes' if key == 'probes' else 'patch sites'} "
+                            f"{bad}; use a subset of {','.join(known)}")
     try:
         probes = check_probe_args(p.probes, exp.option_orders, pairs=p.pairs, kinds=kinds)
     except ProbeError as e:

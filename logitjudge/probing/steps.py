@@ -1,4 +1,4 @@
-"""The probe step a :class:`logitjudge.probe.run.ProbeRun` drives: one item's prompts (one criterion, every ordering)
+"""The probe step a :class:`logitjudge.probing.run.ProbeRun` drives: one item's prompts (one criterion, every ordering)
 -> the arrays of its ProbeTable row (lens, attention, hidden states, patching), through the scores' backend."""
 
 from __future__ import annotations
