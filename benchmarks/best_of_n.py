@@ -2,7 +2,7 @@
 article), the built-in judge.
 
 For N = 4, 8, 16 candidates per article and K = 1, 3, 5 random orders per candidate (``random:K``), the
-logitjudge run (:class:`logitjudge.run.GroupedRun`: the candidates of one article on one token trie, so the
+logitjudge run (:class:`logitjudge.runs.GroupedRun`: the candidates of one article on one token trie, so the
 instructions and the article are computed once for all of them, and each candidate's summary once for its K
 orders) against scoring each (candidate, order) prompt separately with batched transformers
 (:func:`logitjudge.judge.baselines.batched_prompt_logprobs`, right-padded batches of 16, no prefix sharing).
@@ -63,7 +63,7 @@ def measure(lm, items, rubric, k: int, *, run_baseline: bool, seed: int = 0) -> 
     from logitjudge.engine import Engine
     from logitjudge.judge.baselines import batched_prompt_logprobs
     from logitjudge.orderings import parse
-    from logitjudge.run import GroupedRun, planned_tokens
+    from logitjudge.runs import GroupedRun, planned_tokens
 
     orders = parse(f"random:{k}", rubric.n_options, n_items=len(items), seed=seed)
     run = GroupedRun(lm, items, rubric, orders, engine=Engine(lm, token_budget=1 << 15), progress=False)

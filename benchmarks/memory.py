@@ -31,7 +31,7 @@ def worker(mode: str, n_orderings: int, n_tokens: int, budget: int, min_shared: 
     from logitjudge.engine import Engine
     from logitjudge.orderings import shared_random
     from logitjudge.rubric import builtin_rubric
-    from logitjudge.run import score
+    from logitjudge.runs import score
 
     lm, _ = workloads.load("gemma-3-270m", [], threads=2)
     item = workloads.make_texts(lm.tokenizer, 1, n_tokens, "hanna")[0][0]

@@ -25,7 +25,7 @@ from logitjudge.engine import Engine, distribution, plain_prompt_logprobs
 from logitjudge.prompts import builtin_template
 from logitjudge.requests import encode, slot_request
 from logitjudge.rubric import builtin_rubric
-from logitjudge.run import score_multi
+from logitjudge.runs import score_multi
 from logitjudge.steps import marginal_cost
 
 

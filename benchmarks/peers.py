@@ -69,6 +69,12 @@ in it, else skipped with the reason) or an id (no llama.cpp peer).
     python -m benchmarks.peers --quick             # 1x350 only, 1 repeat
     python -m benchmarks.peers --workloads 8x350,mtbench --repeats 5 --skip-llama
     python -m benchmarks.peers --workloads 1x350 --peers logitjudge-fp32,vllm --repeats 2 --skip-llama
+    python -m benchmarks.peers --workloads 1x350 --peers logitjudge-fp32,hf-prefix-cache,vllm --load 1
+
+Under load (``--load N``, issue 55): every peer but plain runs a second time beside N busy processes
+(``benchmarks/load.py``: ``--load-kind matmul``, a fixed-work fp32 matmul loop on ``--load-threads`` threads, or
+``logitjudge``, a second logitjudge scoring the demo), started before that run and stopped after; the table under
+each workload's gives quiet seconds, busy seconds and busy / quiet, and the JSON each peer's ``busy`` entry.
 """
 
 from __future__ import annotations
@@ -86,7 +92,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import floor, judge_model, vllm_peer
+from benchmarks import floor, judge_model, load, vllm_peer
 from benchmarks.child import run_module
 from benchmarks.peers_table import max_dp, table, targets, targets_line
 from benchmarks.timing import best_of_interleaved
@@ -229,9 +235,9 @@ def worker(args) -> None:
     if args.worker.startswith("llama.cpp"):
         run, extra = _llama_runner(wl, args.gguf, args.threads, 64 if args.worker.endswith("b64") else 512)
     elif args.worker in vllm_peer.PEERS:
-        run, extra = vllm_peer.runner(args.worker, wl, args.load)
+        run, extra = vllm_peer.runner(args.worker, wl, args.model_path)
     else:
-        run, extra = _torch_runner(args.worker, wl, args.threads, args.load, args.prefix_mode)
+        run, extra = _torch_runner(args.worker, wl, args.threads, args.model_path, args.prefix_mode)
     rss_setup = maxrss_mib()
     warmup = best_of_interleaved({"warm-up": lambda: run(True)}, 1)["warm-up"].best
     firsts: list = []  # the first run's log-probs: a rerun must give the same values
@@ -264,7 +270,7 @@ def run_worker(peer: str, wl_path: Path, args, facts: dict) -> dict:
     cmd = ["--worker", peer, "--workload-json", str(wl_path),
            "--result", str(out), "--repeats", str(1 if peer == "llama.cpp-b64" else args.repeats),
            "--threads", str(args.threads),
-           "--slow", str(args.slow), "--gguf", facts["gguf"] or "", "--load", facts["load"],
+           "--slow", str(args.slow), "--gguf", facts["gguf"] or "", "--model-path", facts["load"],
            "--prefix-mode", args.prefix_mode]
     try:
         res = run_module("peers", cmd, timeout=args.peer_timeout,
@@ -295,7 +301,13 @@ def main(argv=None) -> int:
     ap.add_argument("--workload-json", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--gguf", help=argparse.SUPPRESS)
-    ap.add_argument("--load", help=argparse.SUPPRESS)
+    ap.add_argument("--model-path", help=argparse.SUPPRESS)
+    ap.add_argument("--load", type=int, default=0, metavar="N",
+                    help="also time every peer (but plain, the reference) beside N busy processes, started before its "
+                         "run and stopped after: quiet and busy seconds and the slowdown (benchmarks/load.py)")
+    ap.add_argument("--load-kind", choices=load.KINDS, default="matmul",
+                    help="matmul: a fixed-work fp32 matmul loop; logitjudge: a second logitjudge scoring the demo")
+    ap.add_argument("--load-threads", type=int, default=1, help="threads of each busy process")
     args = ap.parse_args(argv)
     if args.worker:
         worker(args)
@@ -350,6 +362,7 @@ def main(argv=None) -> int:
                           "cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu,
                           "cpu_line": describe_cpu(cpu), "gemm_rates_by_route": routes},
               "settings": {"repeats": args.repeats, "threads": args.threads, "slow": args.slow,
+                           "load": {"processes": args.load, "kind": args.load_kind, "threads": args.load_threads},
                            "quick": args.quick, "prefix_mode": args.prefix_mode},
               "model": facts, "matmul": rate, "workloads": {}}
     tmp = Path(tempfile.mkdtemp(prefix="peers-"))
@@ -372,6 +385,8 @@ def main(argv=None) -> int:
             rows["bound"] = {"seconds": (flops_floor + attn) / peak, "tokens": summary["trie_tokens"],
                              "flops": flops_floor + attn}
         print("\n" + table(name, summary, rows))
+        if args.load:
+            print(busy_table(name, rows))
         print(put_sustained_floor(name, rows, rate))
         f32, b16 = rows.get("logitjudge-fp32", {}), rows.get("logitjudge-bf16", {})
         if "seconds" in f32 and "seconds" in b16:  # the issue's check: bf16 >= 1.3x fp32 where bf16 GEMMs are fast
@@ -419,6 +434,10 @@ def peer_rows(todo: list[str], wl_path: Path, summary: dict, args, facts: dict, 
         rows[peer] = run_worker(peer, wl_path, args, facts)
         status = rows[peer].get("error") or f"{rows[peer]['seconds']:.3f} s"
         print(f"  {label} {peer}: {status} ({time.time() - t0:.0f} s wall)", flush=True)
+        if args.load and peer != "plain" and "seconds" in rows[peer]:
+            rows[peer]["busy"] = busy_row(peer, rows[peer]["seconds"], wl_path, args, facts)
+            print(f"  {label} {peer} beside {args.load} busy {args.load_kind} process(es): "
+                  f"{rows[peer]['busy'].get('error') or _busy_cell(rows[peer]['busy'])}", flush=True)
     ref = rows.get("plain", {}).get("logprobs")
     for r in rows.values():
         if ref is not None and "logprobs" in r:
@@ -428,6 +447,32 @@ def peer_rows(todo: list[str], wl_path: Path, summary: dict, args, facts: dict, 
         rows["llama.cpp-b64"]["max_abs_dp_vs_n_batch_512"] = det[0]
         rows["llama.cpp-b64"]["max_abs_dp_raw_vs_n_batch_512"] = det[1]
     return rows
+
+
+def busy_row(peer: str, quiet: float, wl_path: Path, args, facts: dict) -> dict:
+    """``peer`` timed again beside ``--load`` busy processes (the same worker, the same prompts): its seconds, the
+    slowdown over its quiet run (busy / quiet) and the units of work each busy process finished meanwhile."""
+    with load.busy(args.load, args.load_kind, args.load_threads) as work:
+        res = run_worker(peer, wl_path, args, facts)
+    if "seconds" not in res:
+        return {"error": res.get("error", "no result")}
+    return {"seconds": res["seconds"], "times": res["times"], "slowdown": res["seconds"] / quiet,
+            "load": {k: work[k] for k in ("processes", "kind", "threads")}, "load_done": work["done"]}
+
+
+def _busy_cell(b: dict) -> str:
+    return f"{b['seconds']:.3f} s ({b['slowdown']:.2f}x its quiet time)"
+
+
+def busy_table(name: str, rows: dict) -> str:
+    """Each peer timed under load: quiet seconds, busy seconds and busy / quiet."""
+    lines = [f"{name} under load: peer, quiet s, busy s, busy/quiet"]
+    for peer, r in rows.items():
+        b = r.get("busy")
+        if b is not None:
+            cell = b.get("error") or f"{r['seconds']:.3f}  {b['seconds']:.3f}  {b['slowdown']:.2f}x"
+            lines.append(f"  {peer:<22} {cell}")
+    return "\n".join(lines)
 
 
 def report_entry(summary: dict, rows: dict) -> dict:

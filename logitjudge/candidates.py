@@ -2,7 +2,7 @@
 
 An option list whose order is permuted is a candidate list whose order is permuted. A pairwise or listwise prompt
 is a rubric prompt whose options are the candidates - the items of one group, shown with the group's context -
-so it runs on the rubric's rails: the same requests, token trie, :class:`~logitjudge.run.Run`, checkpoint,
+so it runs on the rubric's rails: the same requests, token trie, :class:`~logitjudge.runs.Run`, checkpoint,
 ``--dump-prompts`` format and exactness tests (:mod:`logitjudge.requests`, :mod:`logitjudge.paradigm_run`).
 
 Rows (one row of a candidate table = one set of candidates shown together):

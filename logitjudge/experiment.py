@@ -212,7 +212,7 @@ def score_experiment(exp: Experiment, lm, engine, plan=None, *, progress: bool =
     ``engine``: made and audited by :func:`judge_engine` on ``plan`` (:func:`run_plan`)."""
     from .paradigm_run import CandidateRun
     from .requests import RequestPlan, dump_prompts, first_requests, orders_of
-    from .run import Run
+    from .runs import Run
 
     od, pr = exp.spec.orderings, exp.spec.prompts
     meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,

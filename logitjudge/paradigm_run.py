@@ -1,4 +1,4 @@
-"""Pairwise and listwise runs on the rails of :class:`~logitjudge.run.Run`: the rows of
+"""Pairwise and listwise runs on the rails of :class:`~logitjudge.runs.Run`: the rows of
 :mod:`logitjudge.candidates` scored like items.
 
 A row's prompts (one per criterion and ordering, :func:`logitjudge.requests.candidate_requests`) are planned and
@@ -18,7 +18,7 @@ from .engines.base import Engine
 from .orderings import validate
 from .prompts import default_template, load_template
 from .requests import RequestPlan
-from .run import Run, RunError, run_fingerprint, run_meta
+from .runs import Run, RunError, run_fingerprint, run_meta
 from .table import ScoreTable
 
 

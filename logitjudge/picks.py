@@ -236,11 +236,11 @@ def score_candidates(items, judge, *, rubric="default", orderings: str = "balanc
     """Score grouped candidates pointwise for :func:`rank`: ``items`` (:class:`~logitjudge.items.Item` or dicts
     with ``id``, ``text``, ``context``, ``group``) with ``judge`` (a loaded model or a model id) on ``rubric`` under
     ``orderings`` (``balanced``, ``all``, ``random:K``...), a group's candidates on one token trie
-    (:class:`logitjudge.run.GroupedRun`)."""
+    (:class:`logitjudge.runs.GroupedRun`)."""
     from .items import Item, items_from_data
     from .orderings import parse
     from .rubric import Rubric, load_rubric
-    from .run import score_grouped
+    from .runs import score_grouped
 
     # dicts (or a DataFrame, or a file) are checked as every other input of items is (one line naming the row)
     its = list(items) if all(isinstance(x, Item) for x in items) else items_from_data(items)[0]

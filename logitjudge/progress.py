@@ -1,6 +1,6 @@
 """What a person reads on stderr while a run works: one line when it starts, a bar, and on interrupt what is saved.
 
-A run (:class:`logitjudge.run.Run`, :class:`~logitjudge.probing.run.ProbeRun`) plans its batches before the first
+A run (:class:`logitjudge.runs.Run`, :class:`~logitjudge.probing.run.ProbeRun`) plans its batches before the first
 forward and says so in one line (items, prompts, trie tokens, batches). The bar then moves in tokens, fed by the
 engine after every forward call (a callback: the engine knows nothing of this module), with the measured rate and
 an ETA from it; a probe run, which reaches the backend directly, moves per item. On a terminal the bar is redrawn

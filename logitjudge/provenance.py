@@ -143,7 +143,7 @@ def _slices(rows: list[int]) -> list[list[int]]:
 
 
 def merge_meta(meta: dict, item_ids: list[str], written_by: dict, earlier: list[dict], me: dict) -> dict:
-    """``meta`` (the finishing process's, from :func:`logitjudge.run.run_meta`) with ``kernels`` and
+    """``meta`` (the finishing process's, from :func:`logitjudge.runs.run_meta`) with ``kernels`` and
     ``engine_stats`` merged over the records ``earlier`` processes wrote (their ``by``; None for a record
     without one) and ``provenance`` added. ``written_by``: item id -> the writer of the record that holds it
     (None: unknown); ``me``: this process as a writer."""

@@ -6,7 +6,7 @@ orders, as the callable TRL's ``GRPOTrainer`` takes in ``reward_funcs``.
 the text and its prompt as the context (template text-first by default), the exact expected score (or the
 answered label's value, ``reading='greedy'``) of every order, averaged over the orders and over the rubric's
 criteria (``criterion=`` one of them). The completions of one prompt (GRPO's group) are one token trie
-(:class:`logitjudge.run.GroupedRun`): the instructions and the prompt are computed once for the group, each
+(:class:`logitjudge.runs.GroupedRun`): the instructions and the prompt are computed once for the group, each
 completion once for all its orders. Each call draws fresh per-item orders from ``seed`` + the call's number, so
 the reward is reproducible; ``history`` keeps every call's completions, orders and rewards (the last
 ``keep`` calls), and ``last_table`` the last :class:`~logitjudge.table.ScoreTable`.
@@ -102,7 +102,7 @@ class JudgeReward:
 
     def score_items(self, items: list[Item], option_orders) -> tuple[np.ndarray, object]:
         """(reward per item, the table): each item's score averaged over its orders and the criteria."""
-        from .run import score_grouped
+        from .runs import score_grouped
 
         table = score_grouped(self.lm, items, self.rubric, option_orders, template=self.template, engine=self.engine,
                               progress=False)

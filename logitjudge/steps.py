@@ -1,4 +1,4 @@
-"""The scoring steps a :class:`logitjudge.run.Run` drives: one per batch of items (single-criterion) and one per
+"""The scoring steps a :class:`logitjudge.runs.Run` drives: one per batch of items (single-criterion) and one per
 item (several criteria in one prompt).
 
 Single-criterion: every (criterion, ordering) of an item is one prompt; an item's prompts form one token trie, and

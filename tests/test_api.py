@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import logitjudge as lj
-from logitjudge import analysis, orderings, run
+from logitjudge import analysis, orderings, runs
 from logitjudge.cli import main
 from logitjudge.errors import LogitJudgeError
 from logitjudge.items import Item
@@ -62,7 +62,7 @@ def test_dataframe_equals_the_cli_and_scoring_score(scored, judge, model_dir, tm
     assert list(t.item_ids) == ["r0", "r1", "r2", "r3"] and list(t.item_groups) == ["p0", "p1", "p0", "p1"]
     assert t.meta["fingerprint"] == cli.meta["fingerprint"]  # the same texts, contexts, rubric, orders, judge
     items = [Item(r["id"], r["response"], r["question"], r["prompt_id"]) for r in frame().to_dict("records")]
-    long = run.score(judge, items, builtin_rubric("default"), t.option_orders, progress=False)
+    long = runs.score(judge, items, builtin_rubric("default"), t.option_orders, progress=False)
     assert np.array_equal(long.probs, t.probs)
     assert scored.path is None and "4 items x 1 criterion x 3 orderings x 5 options" in repr(scored)
 
@@ -156,7 +156,7 @@ def test_builtin_judge_on_a_dataframe():
     df = pd.DataFrame({"question": ["What is 2 + 2?"] * 2, "response": ["4", "5"]})
     result = lj.score(judge, df, text="response", context="question", orderings="fixed:1", progress=False)
     items = [Item(str(i), r, "What is 2 + 2?") for i, r in enumerate(df["response"])]
-    long = run.score(judge, items, builtin_rubric("default"), orderings.fixed(5, 1), progress=False)
+    long = runs.score(judge, items, builtin_rubric("default"), orderings.fixed(5, 1), progress=False)
     assert np.array_equal(result.table.probs, long.probs)
     assert result.table.meta["model_id"] == "gemma-3-270m"
 

@@ -408,3 +408,25 @@ def test_http_client_benchmark_times_each_client_on_checked_answers(tmp_path, ca
     assert set(out["clients"]) == {"urllib", "httpx", "httpx-new"}
     assert all(c["ms_per_request"] > 0 for c in out["clients"].values())
     assert "urllib" in capsys.readouterr().out and (tmp_path / "h.json").exists()
+
+
+def test_load_runs_busy_processes_beside_a_peer_and_reports_the_slowdown(monkeypatch):
+    """benchmarks.peers --load N: the peer runs again beside N busy processes (benchmarks/load.py), which are at
+    work before its run and stopped after, each reporting the units it finished; the row has busy / quiet."""
+    import time
+    from types import SimpleNamespace
+
+    from benchmarks import load, peers
+
+    with load.busy(1, "matmul", 1) as work:
+        time.sleep(0.3)
+    assert work["processes"] == 1 and work["done"][0] >= 1
+    monkeypatch.setattr(peers, "run_worker", lambda peer, *a: {"peer": peer, "seconds": 3.0, "times": [3.0, 3.2]})
+    b = peers.busy_row("logitjudge-fp32", 2.0, None, SimpleNamespace(load=1, load_kind="matmul", load_threads=1), {})
+    assert b["slowdown"] == 1.5 and b["load"] == {"processes": 1, "kind": "matmul", "threads": 1}
+    assert len(b["load_done"]) == 1
+    assert "1.50x" in peers.busy_table("1x350", {"plain": {"seconds": 9.0}, "logitjudge-fp32": {"seconds": 2.0,
+                                                                                                  "busy": b}})
+    with pytest.raises(ValueError, match="unknown load kind"):
+        with load.busy(1, "sleep"):
+            pass

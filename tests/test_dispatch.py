@@ -193,7 +193,7 @@ def _score(lm, prefix_mode="auto", n=2):
     from logitjudge.engine import Engine
     from logitjudge.items import Item
     from logitjudge.rubric import builtin_rubric
-    from logitjudge.run import score
+    from logitjudge.runs import score
 
     items = [Item(f"t{i}", "Once upon a time a cat sat on the mat and the dog barked.") for i in range(n)]
     return score(lm, items, builtin_rubric("default"), engine=Engine(lm, prefix_mode=prefix_mode), progress=False)

@@ -18,7 +18,7 @@ from logitjudge.judge.prefix import PrefixKV
 from logitjudge.prompts import Template, builtin_template
 from logitjudge.requests import item_prompts
 from logitjudge.rubric import Criterion, Rubric, ScoreOption, likert
-from logitjudge.run import score
+from logitjudge.runs import score
 from logitjudge.trie import build, count_tokens
 
 PROB_ATOL = 1e-5

@@ -24,7 +24,7 @@ from logitjudge.engine import Engine, EngineError
 from logitjudge.items import Item, ItemError
 from logitjudge.orderings import parse
 from logitjudge.rubric import builtin_rubric
-from logitjudge.run import score
+from logitjudge.runs import score
 from logitjudge.table import ScoreTable, TableError
 
 sys.path.insert(0, str(Path(__file__).parent))

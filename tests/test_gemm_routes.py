@@ -190,7 +190,7 @@ def test_a_tables_meta_carries_each_gemm_decision_with_its_rates(tiny_lm, fresh)
     from logitjudge.engine import Engine
     from logitjudge.items import Item
     from logitjudge.rubric import builtin_rubric
-    from logitjudge.run import score
+    from logitjudge.runs import score
 
     items = [Item("t0", "Once upon a time a cat sat on the mat and the dog barked.")]
     table = score(tiny_lm, items, builtin_rubric("default"), engine=Engine(tiny_lm, prefix_mode="native"),

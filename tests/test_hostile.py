@@ -370,7 +370,7 @@ def test_a_record_of_the_wrong_shape_is_skipped(tmp_path, tiny_lm, caplog):
     from logitjudge.items import Item
     from logitjudge.orderings import parse
     from logitjudge.rubric import builtin_rubric
-    from logitjudge.run import Run, score
+    from logitjudge.runs import Run, score
 
     items = [Item(f"t{i}", f"The cat sat on the mat {i} times.") for i in range(3)]
     rubric = builtin_rubric("default")

@@ -12,7 +12,7 @@ from logitjudge.items import Item, ItemError, read_items
 from logitjudge.prompts import PromptError, Template, builtin_template, encode_prompt
 from logitjudge.requests import item_prompts
 from logitjudge.rubric import Criterion, Rubric, RubricError, ScoreOption, builtin_rubric, likert
-from logitjudge.run import score
+from logitjudge.runs import score
 from logitjudge.table import ScoreTable, TableError
 
 

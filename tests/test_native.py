@@ -221,7 +221,7 @@ def test_bf16_within_stated_tolerance_of_fp32(gemma_lm, bf16_route):
     from logitjudge.items import Item
     from logitjudge.models import load_model
     from logitjudge.rubric import builtin_rubric
-    from logitjudge.run import score
+    from logitjudge.runs import score
 
     lm16 = load_model("gemma-3-270m", dtype="bf16")
     items = [Item("a", "The cat sat on the mat. It was a quiet, sunny afternoon, and nothing happened at all."),

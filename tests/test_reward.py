@@ -1,4 +1,4 @@
-"""The RLAIF reward (logitjudge.rlaif) and the grouped trie it scores on (logitjudge.run.GroupedRun): a real TRL
+"""The RLAIF reward (logitjudge.rlaif) and the grouped trie it scores on (logitjudge.runs.GroupedRun): a real TRL
 GRPOTrainer runs two steps with a tiny random policy and the tiny judge, and the rewards it logged equal scoring
 the same completions directly; the grouped trie equals the plain forward within 1e-5."""
 
@@ -12,7 +12,7 @@ from logitjudge.items import Item
 from logitjudge.orderings import parse
 from logitjudge.rlaif import JudgeReward, RewardError, completion_text, prompt_text, reward
 from logitjudge.rubric import builtin_rubric
-from logitjudge.run import score
+from logitjudge.runs import score
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -27,7 +27,7 @@ def _direct(lm, rubric, items, orders) -> np.ndarray:
 
 def test_grouped_trie_equals_plain_forward(tiny_lm):
     """Fast path parity: a group's items on one trie against one full forward per prompt (fp32), 1e-5."""
-    from logitjudge.run import GroupedRun, planned_tokens
+    from logitjudge.runs import GroupedRun, planned_tokens
 
     rubric = builtin_rubric("default")
     items = [Item(f"c{i}", t, context=PROMPTS[0], group="p0") for i, t in enumerate(["It met.", "Tuesday."])]

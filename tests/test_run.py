@@ -23,7 +23,7 @@ from logitjudge.requests import (
     slot_request,
 )
 from logitjudge.rubric import Criterion, Rubric, ScoreOption, builtin_rubric
-from logitjudge.run import Run
+from logitjudge.runs import Run
 
 TEXTS = ["Once upon a time a cat sat on the mat.", "The economy grew by three percent, the article says.",
          "A dog barked at the moon while the sun rose slowly."]
@@ -121,7 +121,7 @@ def test_checkpoint_keeps_whole_batches_and_leaves_nothing_before_the_first(tmp_
 
 
 def test_rerun_reuses_a_finished_table_and_replaces_other_settings(tiny_lm, tmp_path, caplog):
-    from logitjudge.run import score
+    from logitjudge.runs import score
 
     out = tmp_path / "t.npz"
     rub = builtin_rubric("default")

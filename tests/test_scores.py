@@ -83,7 +83,7 @@ def test_scores_flag_refuses_other_suffixes(big, capsys):
 def test_long_export_names_each_option_and_the_judge(tiny_lm):
     from logitjudge import builtin_rubric
     from logitjudge.items import Item
-    from logitjudge.run import score
+    from logitjudge.runs import score
 
     t = score(tiny_lm, [Item("a", "A short text."), Item("b", "Another one.")], builtin_rubric("default"),
               ords.balanced(5), progress=False)

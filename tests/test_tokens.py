@@ -14,7 +14,7 @@ from logitjudge.items import Item
 from logitjudge.prompts import encode_prompt, load_template, wrap_chat
 from logitjudge.requests import RequestPlan, token_meta
 from logitjudge.rubric import builtin_rubric
-from logitjudge.run import score
+from logitjudge.runs import score
 from logitjudge.tokens import RECORD, TokenConventionError, convention, first_tokens
 
 GEMMA_CHAT = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n"

@@ -185,3 +185,16 @@ def test_every_engine_defaults_to_the_specs_token_budget():
         assert next(f.default for f in fields(config) if f.name == "token_budget") == want, name
     for cls in (Engine, HTTPEngine, VLLMEngine):
         assert inspect.signature(cls).parameters["token_budget"].default == want, cls.__name__
+
+
+def test_no_submodule_shadows_a_top_level_name():
+    """Importing ``logitjudge.X`` sets ``X`` on the package, so a submodule named as a top-level function would
+    replace it (``lj.run`` was the module run.py once anything had scored; now runs.py, and probe/ is probing/)."""
+    from pathlib import Path
+
+    package = Path(lj.__file__).parent
+    clashes = [name for name in lj.__all__ if (package / f"{name}.py").exists() or (package / name).is_dir()]
+    assert not clashes
+    import logitjudge.experiment  # noqa: F401  (imports runs, probing, report)
+
+    assert all(callable(getattr(lj, name)) for name in ("run", "probe", "compare", "score", "analyze", "rank"))

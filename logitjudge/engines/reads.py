@@ -8,9 +8,9 @@ share a first token share that request; a multi-token label is one request per f
 keys return the context's token ids (:class:`TokenPrefix`): a later job continues them, and the serving engine's
 prefix cache, not logitjudge, holds their keys and values.
 
-:class:`ServedEngine` is what :class:`~logitjudge.run.Run` needs of an engine (:class:`~logitjudge.engines.base.Engine`:
-``evaluate``, ``prompt_logprobs``, ``planned_tokens``, the counters and the meta); a subclass answers
-:meth:`ServedEngine.read`.
+:class:`ServedEngine` is what :class:`~logitjudge.runs.Run` needs of an engine
+(:class:`~logitjudge.engines.base.Engine`: ``evaluate``, ``prompt_logprobs``, ``planned_tokens``, the counters and
+the meta); a subclass answers :meth:`ServedEngine.read`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A probe run: the judge's internals read on the scored prompts (lens, attention, patching, linear probes), on
-the rails of a score run (:class:`~logitjudge.run.Run`: fingerprint, checkpoint, sharding, progress, save), and a
+the rails of a score run (:class:`~logitjudge.runs.Run`: fingerprint, checkpoint, sharding, progress, save), and a
 spec's [probe] section run through it (:func:`probe_experiment`)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ..engines.base import Engine
 from ..errors import ProbeError
 from ..prompts import default_template
 from ..requests import RequestPlan, orders_of
-from ..run import Batch, Run, run_fingerprint, run_meta
+from ..runs import Batch, Run, run_fingerprint, run_meta
 from ..spec import Experiment, SpecError
 from .patching import KINDS, make_sites
 from .prompts import probe_prompts
