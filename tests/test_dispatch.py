@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from logitjudge_kernels import _cbuild, dispatch
+from logitjudge_kernels import _cbuild, dispatch, exactness
 from logitjudge_kernels.dispatch import Candidate, Kernel, max_abs, pow2_bucket, scaled_tolerance
 
 
@@ -57,7 +57,7 @@ def test_a_slow_or_inexact_candidate_is_never_chosen(cache):
     assert choice["choice"] in ("ref", "fast") and choice["why"] == "measured fastest"
     assert choice["rates"]["slow"] < min(choice["rates"]["fast"], choice["rates"]["ref"])
     assert "wrong" not in choice["rates"] and "tolerance" in choice["not_exact"]["wrong"]
-    assert calls["wrong"] == 1  # run once, for the exactness check; never timed, never chosen
+    assert calls["wrong"] == exactness.DRAWS  # run on each draw of the exactness check; never timed, never chosen
     slow_runs = calls["slow"]
     k(x)
     assert calls["slow"] == slow_runs  # measured once per bucket, never run again
@@ -118,18 +118,20 @@ def test_the_switch_forces_the_c_kernel_or_the_first_other(cache, monkeypatch, s
 
 @pytest.mark.parametrize("repeats", [2, 7])
 def test_a_kernel_sets_its_own_timed_rounds(cache, repeats):
-    """``repeats``: each candidate is timed that many rounds (after one untimed run, the exactness check) when they
-    fit in ``measure_seconds``; the reference's first run is its exactness truth."""
+    """``repeats``: each candidate is timed that many rounds (after the untimed runs of the exactness check, one
+    per draw) when they fit in ``measure_seconds``."""
     k, calls = _kernel(f"toy_rounds_{repeats}", repeats=repeats, measure_seconds=60.0)
     decision = k.measure([k.candidate("ref"), k.candidate("fast")], (torch.randn(300, 64),), {})
-    assert calls == {"ref": 1 + repeats, "fast": 1 + repeats} and set(decision["rates"]) == {"ref", "fast"}
+    draws = exactness.DRAWS
+    assert calls == {"ref": draws + repeats, "fast": draws + repeats} and set(decision["rates"]) == {"ref", "fast"}
     assert decision["statistic"] == "min"
 
 
 def test_a_typical_kernel_decides_by_the_median_round(cache, monkeypatch):
     """``typical``: the median of the timed rounds decides, so a candidate that is fastest only in one quiet
     round (here: 1 of 5) loses to one that is faster in most rounds; the default (minimum) would pick it."""
-    ticks = {"steady": iter([0.0] + [2.0] * 5), "lucky": iter([0.0, 1.0] + [3.0] * 4)}  # warm-up, 5 rounds
+    warm = [0.0] * exactness.DRAWS  # the exactness check's runs, one per draw
+    ticks = {"steady": iter(warm + [2.0] * 5), "lucky": iter(warm + [1.0] + [3.0] * 4)}  # then 5 timed rounds
     clock = [0.0]
 
     def timed(name):

@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 from conftest import fresh_tiny_lm
-from logitjudge_kernels import dispatch
+from logitjudge_kernels import dispatch, exactness
 from logitjudge_kernels.dispatch import EXACT_MULTIPLE, Candidate, Kernel
 
 from logitjudge.judge.backends import native_gemms as ng
@@ -170,7 +170,8 @@ def test_the_mlp_measures_whole_or_blocks_on_settled_gemm_routes(fresh, monkeypa
     runs = [i for i, e in enumerate(events) if e[0] == "run"]
     inner = [i for i, e in enumerate(events) if e in (("measure", "linear"), ("measure", "gate_up"))]
     assert events[0] == ("measure", "mlp_rows") and inner
-    first_timed = runs[len(usable)]  # the reference's run and each other candidate's exactness run come first
+    # the reference's and each other candidate's exactness runs (one per draw) come first
+    first_timed = runs[len(usable) * exactness.DRAWS]
     assert max(inner) < first_timed, events[:first_timed + 1]
     # rows per GEMM call: 600 (whole), 300 (blocks of 512 or 384: two), 200 (256: three) -> 3 row buckets
     assert sorted(e for e in events if e[0] == "measure" and e[1] == "linear") == [("measure", "linear")] * 3
