@@ -55,6 +55,12 @@ MODE_ENV = _cbuild.DISABLE_ENV  # LOGITJUDGE_CPU_KERNELS = auto | 1 | 0
 EXACT_MULTIPLE = exactness.FP32_MAX_MULTIPLE
 MEASURE_SECONDS = 1.5  # a bucket's measurement stops repeating after about this long (it runs once per machine)
 REPEATS = 5
+MIN_SECONDS = 0.1  # each candidate is timed for at least this long in all (more rounds), within MEASURE_SECONDS
+ROUND_CAP = 8  # ... in at most this many times ``repeats`` rounds
+# The speed choice, stable too: the reference (the plain route) is kept unless another route is at least 5%
+# faster; where the two fastest are within 10% of each other the rounds are run again and decide together.
+SPEEDUP = 1.05
+CLOSE = 1.10
 
 
 def busy() -> bool:
@@ -283,6 +289,7 @@ class Kernel:
     exact: Callable | None = None
     repeats: int = REPEATS  # timed rounds per candidate (at least 2), within about measure_seconds
     measure_seconds: float = MEASURE_SECONDS
+    min_seconds: float | None = None  # each candidate timed at least this long in all (None: MIN_SECONDS)
     typical: bool = False  # the median of the timed rounds decides instead of the minimum
     _memo: dict = field(default_factory=dict, repr=False)
 
@@ -358,22 +365,18 @@ class Kernel:
                 if verdict.why:
                     not_exact[c.name] = verdict.why
         timed = [c for c in usable if c.name not in not_exact]
-        for i in range(self.repeats):
-            if i >= 2 and time.perf_counter() - t_start > self.measure_seconds:
-                break
-            for c in (timed if i % 2 == 0 else timed[::-1]):
-                t0 = time.perf_counter()
-                c.fn(*s_args, **s_kw)
-                runs[c.name].append(time.perf_counter() - t0)
-        pick = statistics.median if self.typical else min
-        best = {n: pick(ts) for n, ts in runs.items() if ts}
+        self._rounds(timed, runs, s_args, s_kw, t_start)
+        choice, reason, close = self._decide(runs)
+        if close:  # a close call: as many rounds again, decided on all of them
+            self._rounds(timed, runs, s_args, s_kw, time.perf_counter())
+            choice, reason, _ = self._decide(runs)
+        best = self._best(runs)
         work = float(self.work(*s_args, **s_kw))
         rates = {n: work / t / 1e9 if t > 0 else float("inf") for n, t in best.items() if n not in not_exact}
-        choice = min(rates, key=lambda n: best[n])
         for name, why in not_exact.items():
             # the kernels' own choice among routes, not something the user asked for: the log, not the screen
             log.info("%s: %s is not exact here (%s); it is not used", self.name, name, why)
-        decision = {"choice": choice, "why": "measured fastest", "unit": self.unit,
+        decision = {"choice": choice, "why": reason, "unit": self.unit, "retimed": close,
                     "rates": {n: float(f"{r:.4g}") for n, r in rates.items()},
                     "seconds": {n: best[n] for n in rates}, "statistic": "median" if self.typical else "min",
                     "shapes": [list(a.shape) for a in (*s_args, *s_kw.values()) if isinstance(a, torch.Tensor)],
@@ -384,6 +387,38 @@ class Kernel:
         log.debug("%s: %s for %s (%s)", self.name, choice, ", ".join(f"{n} {r:.3g}" for n, r in rates.items()),
                  self.unit)
         return decision
+
+    def _rounds(self, timed: list[Candidate], runs: dict, args: tuple, kw: dict, t_start: float) -> None:
+        """Timed rounds (interleaved, the order reversed every other one): ``repeats`` of them, then more for
+        each candidate timed for less than ``min_seconds`` in all (at most ``ROUND_CAP`` x ``repeats`` rounds),
+        stopping after about ``measure_seconds`` (at least 2 rounds)."""
+        least = MIN_SECONDS if self.min_seconds is None else self.min_seconds
+        for i in range(ROUND_CAP * self.repeats):
+            # past ``repeats``, only the candidates timed for less than ``least`` in all run again
+            now = timed if i < self.repeats else [c for c in timed if sum(runs[c.name]) < least]
+            if not now or (i >= 2 and time.perf_counter() - t_start > self.measure_seconds):
+                break
+            for c in (now if i % 2 == 0 else now[::-1]):
+                t0 = time.perf_counter()
+                c.fn(*args, **kw)
+                runs[c.name].append(time.perf_counter() - t0)
+
+    def _best(self, runs: dict) -> dict:
+        pick = statistics.median if self.typical else min
+        return {n: pick(ts) for n, ts in runs.items() if ts}
+
+    def _decide(self, runs: dict) -> tuple[str, str, bool]:
+        """(choice, why, close): the fastest, except that the reference (the plain route, which applies
+        everywhere) is kept unless the fastest beats it by :data:`SPEEDUP`; ``close``: the two fastest are
+        within :data:`CLOSE` of each other, so the call is worth timing again."""
+        best = self._best(runs)
+        order = sorted(best, key=best.get)
+        fastest = order[0]
+        close = len(order) > 1 and best[order[1]] < CLOSE * best[fastest]
+        ref = self.reference
+        if fastest != ref and ref in best and best[ref] < SPEEDUP * best[fastest]:
+            return ref, f"the reference: {fastest} is less than {SPEEDUP:g}x faster", close
+        return fastest, "measured fastest", close
 
     def __call__(self, *args, **kw):
         pick, bucket, decision = self.choose(*args, **kw)
