@@ -55,7 +55,7 @@ def test_a_slow_or_inexact_candidate_is_never_chosen(cache):
     assert rec.ran("toy") <= {"ref", "fast"}
     meta = rec.as_meta()["toy"]
     choice = meta["choices"]["rows 257-512"]
-    assert choice["choice"] in ("ref", "fast") and choice["why"] == "measured fastest"
+    assert choice["choice"] in ("ref", "fast") and choice["why"].startswith("measured")  # the reference within 5%
     assert choice["rates"]["slow"] < min(choice["rates"]["fast"], choice["rates"]["ref"])
     assert "wrong" not in choice["rates"] and "tolerance" in choice["not_exact"]["wrong"]
     assert calls["wrong"] == exactness.DRAWS  # run on each draw of the exactness check; never timed, never chosen
@@ -214,10 +214,10 @@ def test_a_tables_meta_holds_what_ran_and_the_measured_rates(tiny_lm, cache):
             for bucket in ran["buckets"]:
                 decision = k["choices"][bucket]
                 assert decision["choice"] == impl, (name, bucket)
-                if decision["why"] == "measured fastest":
+                if decision["why"].startswith("measured"):
                     assert impl in decision["rates"] and all(r > 0 for r in decision["rates"].values())
     attention = kernels["attention"]["choices"]
-    assert any(d["why"] == "measured fastest" and {"C", "aten", "torch"} <= set(d["rates"])
+    assert any(d["why"].startswith("measured") and {"C", "aten", "torch"} <= set(d["rates"])
                for d in attention.values()) or _cbuild.compiler() is None
     json.dumps(table.meta)  # saved with the table
 

@@ -205,7 +205,7 @@ def test_a_tables_meta_carries_each_gemm_decision_with_its_rates(tiny_lm, fresh)
             if not ng.packing_available():
                 assert d["why"] == "the only one that applies" and bucket.endswith(", plain")
                 continue
-            assert d["why"] == "measured fastest" and set(d["rates"]) == want, (bucket, d)
+            assert d["why"].startswith("measured") and set(d["rates"]) == want, (bucket, d)
             assert d["unit"] == "GFLOP/s" and all(r > 0 for r in d["rates"].values())
             assert set(d["seconds"]) == want and d["shapes"][0][0] >= 1
             assert d["choice"] == min(d["seconds"], key=d["seconds"].get)

@@ -417,7 +417,7 @@ class Kernel:
         close = len(order) > 1 and best[order[1]] < CLOSE * best[fastest]
         ref = self.reference
         if fastest != ref and ref in best and best[ref] < SPEEDUP * best[fastest]:
-            return ref, f"the reference: {fastest} is less than {SPEEDUP:g}x faster", close
+            return ref, f"measured: the reference, {fastest} is less than {SPEEDUP:g}x faster", close
         return fastest, "measured fastest", close
 
     def __call__(self, *args, **kw):
