@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import fresh_tiny_lm
 from logitjudge_kernels import dispatch, exactness
-from logitjudge_kernels.dispatch import EXACT_MULTIPLE, Candidate, Kernel
+from logitjudge_kernels.dispatch import Candidate, Kernel
 
 from logitjudge.judge.backends import native_gemms as ng
 from logitjudge.judge.backends.native_gemma3 import NativeGemma3
@@ -100,8 +100,8 @@ def _weights(dtype: torch.dtype, pack: bool, upcast: bool, bias: bool, act: str)
 @pytest.mark.parametrize("bias,act", [(True, "silu"), (False, "gelu_tanh")])
 @torch.inference_mode()
 def test_every_gemm_route_is_as_exact_as_plain_fp32(route, bias, act):
-    """Each candidate of LINEAR and GATE_UP against the float64 truth: within EXACT_MULTIPLE x the plain fp32
-    reference's own error (the rule the dispatcher applies before it times a candidate), on a bias (Qwen2's
+    """Each candidate of LINEAR and GATE_UP passes the exactness gate against the float64 truth (the rule the
+    dispatcher applies before it times a candidate, logitjudge_kernels.exactness), on a bias (Qwen2's
     q/k/v) and both activations; bf16 weights on fp32 FMAs (``upcast``) as their fp32 values."""
     pack = route != "fp32 unpacked"
     if pack and not ng.packing_available():
@@ -110,16 +110,16 @@ def test_every_gemm_route_is_as_exact_as_plain_fp32(route, bias, act):
     w, mlp = _weights(dtype, pack, route == "bf16_upcast", bias, act)
     x = torch.randn(300, 48, generator=torch.Generator().manual_seed(1)) * 3
     for kernel, obj in ((ng.LINEAR, w), (ng.GATE_UP, mlp)):
-        truth = kernel.exact(obj, x.double())
+        gate = exactness.gate(kernel.candidate("plain").fn, (obj, x), {}, exact=kernel.exact,
+                              tolerance=kernel.tolerance, to_float64=dispatch.to_float64)
         ref = kernel.candidate("plain").fn(obj, x)
-        tol = EXACT_MULTIPLE * max((ref.double() - truth).abs().max().item(),
-                                   torch.finfo(torch.float32).eps * truth.abs().max().item())
         usable = [c for c in kernel.candidates if c.refusal(obj, x) is None]
         assert [c.name for c in usable] == ([PACKED[kernel.name]] if pack else []) + ["plain"]
         for c in usable:
             got = c.fn(obj, x)
             assert got.dtype == torch.float32 and got.shape == ref.shape
-            assert (got.double() - truth).abs().max().item() <= tol, (kernel.name, c.name)
+            verdict = gate.judge(c.fn)
+            assert verdict.exact, (kernel.name, c.name, verdict)
         assert kernel.candidate("plain").refusal(obj, x) is None  # plain applies everywhere
     # the Weight and GatedMLP calls go through the kernels, any leading shape
     assert torch.equal(w(x.view(3, 100, 48)).view(300, -1), ng.LINEAR(w, x))

@@ -50,9 +50,6 @@ from . import _cbuild, exactness
 
 log = logging.getLogger(__name__)
 MODE_ENV = _cbuild.DISABLE_ENV  # LOGITJUDGE_CPU_KERNELS = auto | 1 | 0
-# The exactness gate's bound on a single sample's max error, for fp32 outputs (exactness.py, which judges over
-# several draws and also bounds the RMS error; docs/how-it-works.md states the rule).
-EXACT_MULTIPLE = exactness.FP32_MAX_MULTIPLE
 MEASURE_SECONDS = 1.5  # a bucket's measurement stops repeating after about this long (it runs once per machine)
 REPEATS = 5
 MIN_SECONDS = 0.1  # each candidate is timed for at least this long in all (more rounds), within MEASURE_SECONDS
