@@ -430,3 +430,25 @@ def test_load_runs_busy_processes_beside_a_peer_and_reports_the_slowdown(monkeyp
     with pytest.raises(ValueError, match="unknown load kind"):
         with load.busy(1, "sleep"):
             pass
+
+
+def test_route_stability_tallies_choices_and_verdicts_per_route(tmp_path):
+    """benchmarks.route_stability's table: per route the choices and rejections with their counts, and how many
+    processes agree with the most common; a fresh cache keeps the build and drops the decisions."""
+    from benchmarks import route_stability as rs
+
+    runs = [{"fp32 linear [a]": {"choice": "packed", "not_exact": []}},
+            {"fp32 linear [a]": {"choice": "plain", "not_exact": ["packed"]}},
+            {"fp32 linear [a]": {"choice": "packed", "not_exact": []}, "bf16 rms_norm [b]": {"choice": "C",
+                                                                                          "not_exact": []}}]
+    rows = {r["route"]: r for r in rs.tally(runs)}
+    assert rows["fp32 linear [a]"]["choices"] == {"packed": 2, "plain": 1}
+    assert rows["fp32 linear [a]"]["rejected"] == {"-": 2, "packed": 1}
+    assert rows["fp32 linear [a]"]["choice_stable"] == rows["fp32 linear [a]"]["exactness_stable"] == 2
+    assert rows["bf16 rms_norm [b]"]["processes"] == 1
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "kernels.so").write_text("x")
+    (build / "dispatch-abc.json").write_text("{}")
+    rs._fresh_cache(build, tmp_path / "fresh")
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["kernels.so"]

@@ -296,10 +296,11 @@ def test_prefix_chain_layers_and_truncation():
 @pytest.mark.parametrize("pack", [True, False])
 @torch.inference_mode()
 def test_mlp_row_blocks_compute_every_row_as_the_whole_call(act, pack):
-    """Each row-block candidate of the MLP is as exact as the whole call against the float64 truth (the
-    dispatcher's like-for-like rule), blocks that do not divide the rows included (700 rows in blocks of at most
-    256, 384, 512)."""
-    from logitjudge_kernels.dispatch import EXACT_MULTIPLE
+    """Each row-block candidate of the MLP passes the exactness gate against the float64 truth (the dispatcher's
+    rule, logitjudge_kernels.exactness), blocks that do not divide the rows included (700 rows in blocks of at
+    most 256, 384, 512)."""
+    from logitjudge_kernels import exactness
+    from logitjudge_kernels.dispatch import to_float64
 
     from logitjudge.judge.backends import native_gemms as ng
 
@@ -310,13 +311,15 @@ def test_mlp_row_blocks_compute_every_row_as_the_whole_call(act, pack):
     mlp = ng.GatedMLP(torch.randn(2 * inter, d, generator=g) / d ** 0.5, pack, act=act)
     down = ng.Weight(torch.randn(d, inter, generator=g) / inter ** 0.5, pack)
     h = torch.randn(700, d, generator=g) * 3
-    truth = ng.mlp_exact(mlp, down, h.double())
     whole = ng.mlp_whole(mlp, down, h)
-    tol = EXACT_MULTIPLE * max((whole.double() - truth).abs().max().item(), torch.finfo(torch.float32).eps)
+    gate = exactness.gate(ng.mlp_whole, (mlp, down, h), {}, exact=ng.mlp_exact, tolerance=ng.MLP_DOWN.tolerance,
+                          to_float64=to_float64)
     for rows in ng.MLP_ROW_BLOCKS:
-        got = ng.MLP_DOWN.candidate(f"blocks of {rows}").fn(mlp, down, h)
+        fn = ng.MLP_DOWN.candidate(f"blocks of {rows}").fn
+        got = fn(mlp, down, h)
         assert got.shape == whole.shape and got.dtype == whole.dtype
-        assert (got.double() - truth).abs().max().item() <= tol, rows
+        verdict = gate.judge(fn)
+        assert verdict.exact, (rows, verdict)
     assert torch.equal(ng.mlp_down(mlp, down, h.view(7, 100, d)), ng.MLP_DOWN(mlp, down, h).view(7, 100, d))
 
 

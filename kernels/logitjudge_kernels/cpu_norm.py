@@ -18,9 +18,9 @@ in fp32; bf16/fp16 inputs are upcast (copies) and the results rounded once to th
 round after each op (RMSNorm, residual add, each RoPE product): within a few units in the last place of bf16.
 
 The C source is built at first use by :mod:`._cbuild` (system compiler, cached per machine); without it the
-references run (:func:`cpu_kernels_status` says why). Exactness (fp32): judged like for like by the dispatcher
-against the references run in float64 (``dispatch.EXACT_MULTIPLE``; the sum of squares is added in another
-order), 1e-2 relative for bf16/fp16.
+references run (:func:`cpu_kernels_status` says why). Exactness: judged by the dispatcher's one gate
+(:mod:`.exactness`) against the references run in float64 (fp32: the sum of squares is added in another order;
+bf16/fp16: rounded once, where the references round after each op).
 """
 
 from __future__ import annotations
