@@ -84,3 +84,20 @@ def test_bad_arguments_are_refused_in_one_line():
         assert says in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(LogitJudgeError, match="no actual_output"):
         RubricMetric().measure(LLMTestCase(input="q", actual_output=""))
+
+
+def test_geval_weighting_is_deepevals():
+    """The side-by-side's G-Eval reading (logitjudge.integrations.readings) against DeepEval's own function."""
+    import math
+    from types import SimpleNamespace as NS
+
+    from deepeval.metrics.g_eval.utils import calculate_weighted_summed_score
+
+    from logitjudge.integrations.readings import geval_score
+
+    top = [("4", 0.40), ("3", 0.20), ("Four", 0.15), ("7", 0.10), (" 2", 0.05), ("4", 0.02), ("1", 0.009)]
+    pairs = [(tok, math.log(p)) for tok, p in top]
+    content = [NS(token="Score", top_logprobs=[]),
+               NS(token="4", top_logprobs=[NS(token=tok, logprob=lp) for tok, lp in pairs])]
+    response = NS(choices=[NS(logprobs=NS(content=content))])
+    assert geval_score(pairs, 4) == pytest.approx(calculate_weighted_summed_score(4, response), rel=1e-12)
