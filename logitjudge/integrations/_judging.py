@@ -148,7 +148,7 @@ class Judging:
     def _post(self, items: list[dict]) -> dict:
         import os
 
-        from .promptfoo_assert import _post
+        from .promptfoo_assert import _post, refusal
 
         body = {"rubric": self.rubric.to_dict(), "items": items, "orderings": self.orderings, "seed": self.seed,
                 "template": self.template, "per_order": True}
@@ -156,12 +156,8 @@ class Judging:
         try:
             return _post(self.server, body, key, self.timeout)
         except urllib.error.HTTPError as e:
-            try:
-                msg = json.loads(e.read())["error"]["message"]
-            except Exception:  # noqa: BLE001 - not the service's JSON error: say the status
-                msg = e.reason
             raise LogitJudgeError(f"{self.where}: logitjudge serve at {self.server} refused the text ({e.code}): "
-                                  f"{msg}") from None
+                                  f"{refusal(e)}") from None
         except (urllib.error.URLError, OSError) as e:
             raise LogitJudgeError(f"{self.where}: logitjudge serve at {self.server} could not be reached ({e}); "
                                   f"start it with logitjudge serve, or leave server unset to load the judge "
