@@ -20,7 +20,7 @@ pytest.importorskip("inspect_ai", reason="inspect_ai is not installed here: `mak
 
 import logitjudge as lj  # noqa: E402
 from logitjudge.integrations import _judging  # noqa: E402
-from logitjudge.integrations.inspect import grade_rubric, graded_context  # noqa: E402
+from logitjudge.integrations.inspect import grade_rubric  # noqa: E402
 
 JUDGE = "gemma-3-270m"
 SAMPLES = [("a", "What is 2 + 2?", "4", "2 + 2 = 4."),
@@ -50,7 +50,8 @@ def tiny():
     return Task(dataset=[Sample(id=i, input=q, target=t) for i, q, t, _ in samples],
                 model=get_model("mockllm/model", custom_outputs=[output(a) for *_, a in samples]),
                 scorer=[scorer_create("logitjudge/rubric_judge", rubric={RUBRIC!r}, judge="{JUDGE}"),
-                        scorer_create("logitjudge/logit_graded_qa", model="{JUDGE}")])
+                        scorer_create("logitjudge/logit_graded_qa", model="{JUDGE}", partial_credit=True,
+                                      include_history=True)])
 '''
 
 
@@ -104,13 +105,17 @@ def test_rubric_judge_scores_equal_lj_score(log):
 
 def test_logit_graded_qa_reads_the_grades_exactly(log):
     samples = sorted(log["samples"], key=lambda s: s["id"])
-    rows = [{"id": i, "text": a, "context": graded_context(q, t)} for i, q, t, a in SAMPLES]
-    t = lj_table(grade_rubric(False, None), rows)
+    shown = [s["scores"]["logit_graded_qa"]["metadata"]["logitjudge"] for s in samples]
+    for (_, q, t, a), m in zip(SAMPLES, shown):  # the task's history as model_graded_qa renders it, then the target
+        assert m["text"] == a and m["context"].startswith(f"[Task]: {q}") and m["context"].endswith(f"[Criterion]: {t}")
+    t = lj_table(grade_rubric(True, None), [{"id": s["id"], "text": m["text"], "context": m["context"]}
+                                            for s, m in zip(samples, shown)])
     for i, s in enumerate(samples):
         sc = s["scores"]["logit_graded_qa"]
-        mean = t.probs[i, 0].mean(axis=0)  # over the 4 balanced orders of C, I
-        assert list(t.option_labels()[0]) == ["C", "I"] and sc["value"] == pytest.approx(float(mean[0]), abs=1e-6)
-        assert sc["metadata"]["logitjudge"]["n_orders"] == 4
+        mean = t.probs[i, 0].mean(axis=0)  # over the 6 balanced orders of C, P, I
+        assert list(t.option_labels()[0]) == ["C", "P", "I"]
+        assert sc["value"] == pytest.approx(float(mean[0] + 0.5 * mean[1]), abs=1e-6)
+        assert sc["metadata"]["logitjudge"]["n_orders"] == 6
     accuracy = [sc["metrics"]["accuracy"]["value"] for sc in log["results"]["scores"]
                 if sc["name"] == "logit_graded_qa"]
     assert accuracy == [pytest.approx(np.mean([s["scores"]["logit_graded_qa"]["value"] for s in samples]))]

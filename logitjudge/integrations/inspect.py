@@ -34,10 +34,11 @@ def _item(state: TaskState, context: str | None) -> dict:
             **({"context": context} if context else {})}
 
 
-def _metadata(n: dict) -> dict:
+def _metadata(n: dict, item: dict) -> dict:
+    """The numbers, and what the judge was shown (``text``, ``context``)."""
     keep = ("criterion", "labels", "values", "distribution", "expected", "debiased", "top_label", "hold",
             "label_mass", "orders", "n_orders", "orderings", "model", "bias")
-    return {"logitjudge": {k: n[k] for k in keep}}
+    return {"logitjudge": {**{k: n[k] for k in keep}, "text": item["text"], "context": item.get("context")}}
 
 
 @scorer(metrics=[{k: [mean(), stderr()] for k in KEYS}])
@@ -54,9 +55,10 @@ def rubric_judge(rubric="default", judge="gemma-3-270m", orderings: str = "balan
                 server, api_key, n_boot, where="rubric_judge")
 
     async def score(state: TaskState, target: Target) -> Score:
-        n = criterion_numbers(await j.a_answer([_item(state, state.input_text)]), 0, j.name)
+        item = _item(state, state.input_text)
+        n = criterion_numbers(await j.a_answer([item]), 0, j.name)
         value = {k: n[k] for k in KEYS if n[k] is not None}
-        return Score(value=value, answer=n["top_label"], explanation=describe(n), metadata=_metadata(n))
+        return Score(value=value, answer=n["top_label"], explanation=describe(n), metadata=_metadata(n, item))
 
     return score
 
@@ -100,7 +102,7 @@ def logit_graded_qa(template: str | None = None, instructions: str | None = None
                 template, None, server, api_key, where="logit_graded_qa")
 
     async def score(state: TaskState, target: Target) -> Score:
-        if include_history is True:
+        if include_history is True:  # model_graded_qa's own rendering of the history, as its grader sees it
             from inspect_ai.scorer._model import chat_history
 
             question = chat_history(state)
@@ -110,6 +112,6 @@ def logit_graded_qa(template: str | None = None, instructions: str | None = None
         n = criterion_numbers(await j.a_answer([item]), 0, j.name)
         return Score(value=n["expected"], answer=state.output.completion,
                      explanation=describe(n) + f"; grades {dict(zip(n['labels'], n['distribution']))}",
-                     metadata=_metadata(n))
+                     metadata=_metadata(n, item))
 
     return score
