@@ -246,7 +246,8 @@ def run_block(b: Block, folder: Path) -> None:
         (folder / name).write_text(b.body + "\n", encoding="utf-8")
         return
     if b.marker and b.marker[0] == "requires" and importlib.util.find_spec(b.marker[1]) is None:
-        pytest.skip(f"{b.where}: <!-- requires: {b.marker[1]} -->, which this tree does not have yet")
+        pytest.skip(f"{b.where}: <!-- requires: {b.marker[1]} -->, which this venv cannot import (the integration "
+                    "blocks run in .venv-integrations: make test-integrations)")
     if b.lang == "console":
         for cmd, want in console_steps(b.body):
             expect_lines(want, shell(cmd, folder, b.where, strict=False), f"{b.where} ($ {cmd.splitlines()[0]})")
