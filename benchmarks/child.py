@@ -42,12 +42,14 @@ def describe_exit(returncode: int, stderr: str = "") -> str | None:
 
 def run_module(name: str, args: list[str], *, timeout: float, env: dict | None = None) -> ChildResult:
     """Run ``python -m benchmarks.<name> *args`` with the repository root on the child's ``PYTHONPATH`` (the
-    caller's working folder stays the child's), at most ``timeout`` seconds (then it is killed)."""
+    caller's working folder stays the child's), at most ``timeout`` seconds (then it is killed). ``env``: set over
+    this process's environment (a value None: left out of the child's)."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     cmd = [sys.executable, "-m", f"benchmarks.{name}", *args]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           env={**os.environ, **(env or {}), "PYTHONPATH": path})
+                           env={k: v for k, v in {**os.environ, **(env or {}), "PYTHONPATH": path}.items()
+                                if v is not None})
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")

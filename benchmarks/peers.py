@@ -261,6 +261,16 @@ def worker(args) -> None:
 
 
 # ---- orchestration -------------------------------------------------------------------------------------------
+def wait_policy(peer: str) -> str | None:
+    """The OpenMP wait policy a peer's process starts with: logitjudge's own (PASSIVE, which ``import logitjudge``
+    sets before torch loads, as in the CLI; the worker imports torch first, so it is set here) for logitjudge's
+    peers, the library's default (unset) for the others, whose own scripts would not set it; a policy the user
+    exported applies to every peer."""
+    from logitjudge._openmp import OMP_WAIT_POLICY_GIVEN as given
+
+    return given if given is not None else ("PASSIVE" if peer.startswith("logitjudge") else None)
+
+
 def run_worker(peer: str, wl_path: Path, args, facts: dict) -> dict:
     """One peer on one workload (the prompts the parent planned, in ``wl_path``) in its own process, at most
     ``--peer-timeout`` seconds: its result, or ``{"peer", "error"}`` with the crash or the timeout in a cell's
@@ -275,6 +285,7 @@ def run_worker(peer: str, wl_path: Path, args, facts: dict) -> dict:
     try:
         res = run_module("peers", cmd, timeout=args.peer_timeout,
                          env={"OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false",
+                              "OMP_WAIT_POLICY": wait_policy(peer),
                               **(vllm_peer.worker_env(args.threads) if peer in vllm_peer.PEERS else {})})
         return json.loads(out.read_text()) if res.ok else {"peer": peer, "error": res.cell}
     finally:

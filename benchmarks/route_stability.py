@@ -36,7 +36,7 @@ def worker(judge: str, dtypes: list[str], threads: int) -> dict:
     from logitjudge.items import Item
     from logitjudge.models import load_model, set_threads
     from logitjudge.rubric import builtin_rubric
-    from logitjudge.run import score
+    from logitjudge.runs import score
 
     set_threads(threads)
     routes = {}

@@ -1,5 +1,6 @@
 """logitjudge: exact, position-debiased rubric scoring from a judge LLM's next-token probabilities."""
 
+from . import _openmp  # noqa: F401  (first: it sets OpenMP's wait policy before anything loads torch)
 from .api import Report, Result, analyze, load_judge, score
 from .orderings import balanced, fixed, is_balanced
 from .orderings import random as random_orders
