@@ -329,7 +329,7 @@ def test_a_peer_that_crashes_or_hangs_is_a_cell_and_the_others_stay(tiny_lm, tmp
     wl_path = tmp_path / "1x350.json"
     wl_path.write_text(json.dumps(planned))
     monkeypatch.setenv(peers.FAULT_ENV, "batched=segv,logitjudge-fp32=abort,hf-prefix-cache=hang")
-    args = SimpleNamespace(repeats=2, threads=1, slow=60.0, prefix_mode="auto", peer_timeout=600)
+    args = SimpleNamespace(repeats=2, threads=1, slow=60.0, prefix_mode="auto", peer_timeout=600, load=0)
     facts = {"gguf": None, "load": str(judge)}
     summary = wl.summary()
     rows = peers.peer_rows(["plain", "batched", "logitjudge-fp32"], wl_path, summary, args, facts, None)
@@ -363,7 +363,7 @@ def test_vllm_peers_are_a_cell_without_vllm(tiny_lm, tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
     assert vllm_peer.expand(["plain", "vllm"]) == ["plain", "vllm-b16", "vllm-b32"]
     wl = workloads.build("1x350", tiny_lm)
-    args = SimpleNamespace(repeats=1, threads=1, slow=60.0, prefix_mode="auto", peer_timeout=1)
+    args = SimpleNamespace(repeats=1, threads=1, slow=60.0, prefix_mode="auto", peer_timeout=1, load=0)
     rows = peers.peer_rows(list(vllm_peer.PEERS), tmp_path / "unused.json", wl.summary(), args, {}, None)
     assert rows == {p: {"na": "n/a: vLLM not installed (docs/scale.md)"} for p in vllm_peer.PEERS}
     text = peers.table("1x350", wl.summary(), rows)
@@ -388,7 +388,7 @@ def test_vllm_peer_reads_the_plain_probabilities(tiny_lm, tmp_path):
     planned = wl.to_json()
     wl_path = tmp_path / "1x350.json"
     wl_path.write_text(json.dumps(planned))
-    args = SimpleNamespace(repeats=1, threads=1, slow=60.0, prefix_mode="auto", peer_timeout=300)
+    args = SimpleNamespace(repeats=1, threads=1, slow=60.0, prefix_mode="auto", peer_timeout=300, load=0)
     rows = peers.peer_rows(["plain", "vllm-b16"], wl_path, wl.summary(), args, {"gguf": None, "load": str(judge)},
                            None)
     v = rows["vllm-b16"]
