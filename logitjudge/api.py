@@ -186,17 +186,9 @@ def score(judge, data=None, *, text: str = "text", context: str | None = "contex
     there (.npz), checkpointed as it is scored so that the same call again continues an interrupted run
     (``force``: replace a file there that is not a score table). Returns a :class:`Result`.
     """
-    from .items import items_from_data
     from .prompts import Template
 
-    if isinstance(judge, (str, Path)):
-        raise LogitJudgeError(f"lj.score: the judge is a loaded model, not its name {str(judge)!r}; load it once "
-                              f"with judge = lj.load_judge({str(judge)!r}) and pass judge")
-    if (data is None) == (dataset is None):
-        raise LogitJudgeError("lj.score: give exactly one of data (a DataFrame, a list of dicts or a "
-                              ".jsonl/.csv/.parquet file) or dataset=NAME (hanna, summeval, mt_bench, vicuna_bench)")
-    items, path = items_from_data(data, text=text, id=id, context=context, group=group) if data is not None \
-        else (None, None)
+    items, path = _call_items("score", judge, data, dataset, text=text, id=id, context=context, group=group)
     if not isinstance(rubric, (str, Path, Rubric, type(None))):
         raise LogitJudgeError(f"lj.score(rubric=...): expected a built-in name, a rubric file or a Rubric, got "
                               f"{type(rubric).__name__}")
@@ -222,6 +214,20 @@ def score(judge, data=None, *, text: str = "text", context: str | None = "contex
     run = _open(spec, judge, force=force, items=items, rubric=rubric if isinstance(rubric, Rubric) else None,
                 template=template if isinstance(template, Template) else None, orders=given_orders)
     return Result(run.score(progress=progress), run.exp.table_path)
+
+
+def _call_items(call: str, judge, data, dataset, **columns) -> tuple:
+    """The items of ``lj.<call>(judge, data, ...)`` (:func:`logitjudge.items.items_from_data`; (None, None) for a
+    data set), after the checks every call on a judge makes: a loaded judge, not its name; data or a data set."""
+    from .items import items_from_data
+
+    if isinstance(judge, (str, Path)):
+        raise LogitJudgeError(f"lj.{call}: the judge is a loaded model, not its name {str(judge)!r}; load it once "
+                              f"with judge = lj.load_judge({str(judge)!r}) and pass judge")
+    if (data is None) == (dataset is None):
+        raise LogitJudgeError(f"lj.{call}: give exactly one of data (a DataFrame, a list of dicts or a "
+                              ".jsonl/.csv/.parquet file) or dataset=NAME (hanna, summeval, mt_bench, vicuna_bench)")
+    return items_from_data(data, **columns) if data is not None else (None, None)
 
 
 def _order_array(orderings, paradigm):

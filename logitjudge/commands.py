@@ -74,19 +74,10 @@ def probe(judge, data=None, *, text: str = "text", context: str | None = "contex
     file; a design name for ``orderings``). ``probes``, ``criterion``, ``pairs``, ``sites``, ``layers``,
     ``report`` (the page's folder) and ``n_boot``: the flags of the same names. ``out``: also save the probe
     table there (.npz), resumable. Returns a :class:`ProbeResult`."""
-    from .api import _CallSpec, _judge_model, _open, _section
-    from .errors import LogitJudgeError
-    from .items import items_from_data
+    from .api import _call_items, _CallSpec, _judge_model, _open, _section
     from .spec import AnalysisSpec, DataSpec, OrderingSpec, PromptSpec
 
-    if isinstance(judge, (str, Path)):
-        raise LogitJudgeError(f"lj.probe: the judge is a loaded model, not its name {str(judge)!r}; load it once "
-                              f"with judge = lj.load_judge({str(judge)!r}) and pass judge")
-    if (data is None) == (dataset is None):
-        raise LogitJudgeError("lj.probe: give exactly one of data (a DataFrame, a list of dicts or a "
-                              ".jsonl/.csv/.parquet file) or dataset=NAME (hanna, summeval, mt_bench, vicuna_bench)")
-    items, path = items_from_data(data, text=text, id=id, context=context, group=group) if data is not None \
-        else (None, None)
+    items, path = _call_items("probe", judge, data, dataset, text=text, id=id, context=context, group=group)
     given = {"probes": None if probes is None else list(probes), "criterion": criterion, "pairs": pairs,
              "sites": None if sites is None else list(sites), "layers": None if layers is None else list(layers),
              "report": None if report is None else str(report)}
