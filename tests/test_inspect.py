@@ -122,9 +122,8 @@ def test_logit_graded_qa_reads_the_grades_exactly(log):
 
 
 def test_bad_arguments_are_refused_in_one_line():
-    from inspect_ai.scorer._scorer import scorer_create
-
     from logitjudge.errors import LogitJudgeError
+    from logitjudge.integrations import inspect as scorers  # by name through the entry point: the inspect eval above
 
     for name, kw, says in [("rubric_judge", {"rubric": "nope"}, "rubric_judge(rubric=...)"),
                            ("rubric_judge", {"orderings": "random"}, "rubric_judge(orderings='random')"),
@@ -132,5 +131,5 @@ def test_bad_arguments_are_refused_in_one_line():
                            ("logit_graded_qa", {"grade_pattern": "GRADE: (C|I)"}, "drop grade_pattern"),
                            ("logit_graded_qa", {"template": "{question} {answer}"}, "built-in logitjudge template")]:
         with pytest.raises(LogitJudgeError) as e:
-            scorer_create(f"logitjudge/{name}", **kw)
+            getattr(scorers, name)(**kw)
         assert says in str(e.value) and "\n" not in str(e.value)
