@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .spec import AnalysisSpec, ProbeSpec, Spec
+from .spec import AnalysisSpec, DataSpec, OrderingSpec, ProbeSpec, PromptSpec, Spec
 
 __all__ = ["ProbeResult", "RunResult", "compare", "probe", "run"]
 
@@ -75,7 +75,6 @@ def probe(judge, data=None, *, text: str = "text", context: str | None = "contex
     ``report`` (the page's folder) and ``n_boot``: the flags of the same names. ``out``: also save the probe
     table there (.npz), resumable. Returns a :class:`ProbeResult`."""
     from .api import _call_items, _CallSpec, _judge_model, _open, _section
-    from .spec import AnalysisSpec, DataSpec, OrderingSpec, PromptSpec
 
     items, path = _call_items("probe", judge, data, dataset, text=text, id=id, context=context, group=group)
     given = {"probes": None if probes is None else list(probes), "criterion": criterion, "pairs": pairs,
