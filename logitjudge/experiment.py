@@ -21,12 +21,13 @@ from .preflight import preflight
 from .probing.run import probe_experiment, probe_settings
 from .report.experiment import write_experiment_report
 from .rubric import Rubric
+from .scorer import score_experiment
 from .selection import load_items, plan_orders
+from .slots import check_slots
 from .spec import Experiment, Spec, SpecError, load_spec, model_source, relative, with_overrides
 from .table import ScoreTable
 
-__all__ = ["Experiment", "OpenExperiment", "SpecError", "load_spec", "open_experiment", "prepare", "run_experiment",
-           "score_experiment"]
+__all__ = ["Experiment", "OpenExperiment", "SpecError", "load_spec", "open_experiment", "prepare", "run_experiment"]
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------------
@@ -93,7 +94,6 @@ def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=Non
     from .models import ModelError, check_attn_implementation, check_device
     from .outputs import OutputError, check_outputs
     from .prompts import PromptError, default_template, load_template
-    from .steps import check_slots
 
     if isinstance(spec, (str, Path)):
         spec_file = spec_file or spec
@@ -204,35 +204,6 @@ def run_plan(exp: Experiment, lm, plan=None):
     if plan is not None and plan.tokenizer is lm.tokenizer:
         return plan
     return RequestPlan(lm, exp.template, exp.rubric, exp.items if exp.rows is None else exp.rows, exp.option_orders)
-
-
-def score_experiment(exp: Experiment, lm, engine, plan=None, *, progress: bool = True) -> ScoreTable:
-    """The experiment's score table: reused from its table path when that holds these settings, else scored
-    (continuing an interrupted run) and saved there. Writes the ``dump_prompts`` JSONL first when asked.
-    ``engine``: made and audited by :func:`judge_engine` on ``plan`` (:func:`run_plan`)."""
-    from .paradigm_run import CandidateRun
-    from .requests import RequestPlan, dump_prompts, first_requests, orders_of
-    from .runs import Run
-
-    od, pr = exp.spec.orderings, exp.spec.prompts
-    meta = {"run": exp.spec.name, "orderings": od.options, "seed": od.seed,
-            "criterion_orderings": od.criteria if pr.multi_criteria else None}
-    if exp.rows is not None:  # pairwise / listwise: the candidate table
-        run = CandidateRun(lm, exp.rows, exp.rubric, exp.option_orders, paradigm=pr.paradigm, template=exp.template,
-                           engine=engine, out=exp.table_path, progress=progress, meta=dict(meta, pairs=pr.pairs),
-                           request_plan=plan)
-    else:
-        run = Run(lm, exp.items, exp.rubric, exp.option_orders, criterion_orders=exp.criterion_orders,
-                  template=exp.template, engine=engine, out=exp.table_path, slots=pr.slots,
-                  max_continuations=pr.max_continuations, progress=progress, meta=meta, request_plan=plan)
-    if exp.spec.dump_prompts:
-        dump = run.request_plan
-        if pr.multi_criteria:  # each ordering's first slot
-            orders = run.option_orders
-            dump = RequestPlan(lm, run.template, exp.rubric, exp.items, orders, requests=lambda i: first_requests(
-                exp.rubric, exp.items[i], orders_of(orders, i), exp.criterion_orders))
-        dump_prompts(dump, exp.spec.dump_prompts)
-    return run.execute()
 
 
 def analyze_experiment(exp: Experiment, table: ScoreTable) -> dict:

@@ -41,13 +41,12 @@ from .orderings import fixed, validate
 from .progress import Interrupted, Plan, Progress
 from .prompts import chat_meta, default_template, load_template, shows_descriptions
 from .requests import RequestPlan, orders_of, token_meta
+from .slots import MultiCriteriaError, check_slots
 from .steps import (
     SLOT_FUNCTIONS,
     SLOT_JOBS,
     WINDOW,
-    MultiCriteriaError,
     batch_jobs,
-    check_slots,
     plan_batches,
     score_batch,
 )

@@ -26,11 +26,8 @@ import numpy as np
 
 from .engine import Job, NonFiniteError, continuation_logprobs, distribution, label_reads, prompt_job
 from .engines.base import Engine
-from .errors import LogitJudgeError
 from .prompts import EncodedPrompt
 from .requests import encode, slot_request
-
-SLOT_MODES = ("greedy", "marginal")
 
 WINDOW = 64  # items encoded at once: huge data sets never hold every prompt in memory
 
@@ -102,21 +99,6 @@ def shared_logprobs(engine: Engine, prompts: list[list[EncodedPrompt]], keys=Non
             out[b] = lps[start:start + len(prompts[b])]
             start += len(prompts[b])
     return out
-
-
-class MultiCriteriaError(LogitJudgeError, ValueError):
-    pass
-
-
-def check_slots(slots: str, n_options: int, n_criteria: int, max_continuations: int) -> None:
-    """Refuse an unknown slot mode, or marginal mode past its continuation budget, before any model work."""
-    if slots not in SLOT_MODES:
-        raise MultiCriteriaError(f"unknown slot mode {slots!r}; use greedy or marginal")
-    if slots == "marginal" and marginal_cost(n_options, n_criteria) > max_continuations:
-        raise MultiCriteriaError(
-            f"marginal mode needs {marginal_cost(n_options, n_criteria):,} label continuations per prompt for "
-            f"{n_criteria} criteria x {n_options} options (n * sum n^j), above the budget of "
-            f"{max_continuations:,}; use --slots greedy, fewer criteria per prompt, or raise --max-continuations")
 
 
 def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders, *,
@@ -193,11 +175,6 @@ def _common_prefix(a, b, *, limit: int) -> int:
             break
         m += 1
     return m
-
-
-def marginal_cost(n_options: int, n_criteria: int) -> int:
-    """Label continuations per prompt in marginal mode: n * sum_j n^j."""
-    return n_options * sum(n_options ** j for j in range(n_criteria))
 
 
 def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders, *,

@@ -14,7 +14,7 @@ from logitjudge.prompts import builtin_template
 from logitjudge.requests import encode, slot_request
 from logitjudge.rubric import Criterion, Rubric, ScoreOption
 from logitjudge.runs import score_multi
-from logitjudge.steps import MultiCriteriaError, marginal_cost
+from logitjudge.slots import MultiCriteriaError, marginal_cost
 
 TEXT = "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly."
 
