@@ -72,6 +72,11 @@ class Judge:
         bound = engine.context if engine is not None else None
         return min(self.max_length, bound) if bound else self.max_length
 
+    def forward_model(self):
+        """A transformers model of this judge in this process: its own weights, or (a serving engine's judge,
+        whose weights are in the server) the fp32 reference loaded here."""
+        return self.model if self.model is not None else self.reference()
+
     def reference(self, device: str = "cpu"):
         """The transformers model of the same weights, fp32 (the plain forward the exactness audit compares
         against): loaded again, also where this judge holds weights in another dtype."""

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import logitjudge as lj
-from logitjudge.errors import LogitJudgeError
 from logitjudge.integrations.readings import first_order_readings, geval_score
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -41,9 +40,13 @@ def test_first_order_reads_the_engines_order_one(tiny_lm, tmp_path):
                                                                               rec["continuations"])
 
 
-def test_a_judge_without_weights_here_is_refused(tiny_lm):
-    from dataclasses import replace
+def test_a_judge_without_weights_here_reads_through_its_fp32_reference(model_dir):
+    from logitjudge.models import read_judge
 
-    with pytest.raises(LogitJudgeError, match="not in this process"):
-        first_order_readings(replace(tiny_lm, model=None), {"prompt": "x", "add_special_tokens": True,
-                                                            "labels": ["1"], "option_order": [0]})
+    served = read_judge(str(model_dir))  # tokenizer and config only: a serving engine's judge
+    here = lj.load_judge(str(model_dir))
+    rec = {"prompt": "Rate this text from 1 to 5: clear and correct. Score:", "add_special_tokens": True,
+           "continuations": [" 1", " 2"], "labels": ["1", "2"], "option_order": [0, 1]}
+    a, b = first_order_readings(served, rec, top=20), first_order_readings(here, rec, top=20)
+    assert [t for t, _ in a["top_logprobs"]] == [t for t, _ in b["top_logprobs"]]
+    np.testing.assert_allclose([v for _, v in a["top_logprobs"]], [v for _, v in b["top_logprobs"]], atol=1e-6)

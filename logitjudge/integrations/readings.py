@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import math
 
-from ..errors import LogitJudgeError
-
 TOP = 20  # G-Eval's top_logprobs
 MIN_PROB = 0.01  # G-Eval drops the tokens under 1%
 
@@ -40,13 +38,11 @@ def first_order_readings(judge, record: dict, top: int = TOP) -> dict:
     parses from it (the label whose continuation it is; None: not a label) and G-Eval's weighted score."""
     import torch
 
-    if judge.model is None:
-        raise LogitJudgeError("first_order_readings: the judge's weights are not in this process (a serving "
-                              "engine's judge); load it with lj.load_judge(NAME) on the native engine")
+    model = judge.forward_model()  # a serving engine's judge: its fp32 weights, loaded here
     tok = judge.tokenizer
     ids = tok(record["prompt"], return_tensors="pt", add_special_tokens=record["add_special_tokens"])["input_ids"]
     with torch.no_grad():
-        logits = judge.model(ids.to(judge.model.device)).logits[0, -1].float()
+        logits = model(ids.to(model.device)).logits[0, -1].float()
     values, index = torch.log_softmax(logits, -1).topk(top)
     pairs = [(tok.decode([i]), float(v)) for i, v in zip(index.tolist(), values.tolist())]
     greedy = pairs[0][0]
