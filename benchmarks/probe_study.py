@@ -314,7 +314,8 @@ def main(argv=None) -> int:
 
     from logitjudge import stats as st
     from logitjudge.autodtype import cpu_model
-    from logitjudge.experiment import SpecError, open_experiment, prepare
+    from logitjudge.design import prepare
+    from logitjudge.experiment import SpecError, open_experiment
 
     t0 = time.perf_counter()
     try:  # every setting is checked before the model loads; the study's items are one story per prompt

@@ -47,7 +47,8 @@ from benchmarks.findings import STUDIES, extract, findings, markdown, skipped  #
 from benchmarks.judge_model import DEFAULT as DEFAULT_MODEL
 from benchmarks.judge_model import run_tag
 from benchmarks.timing import best_of_interleaved
-from logitjudge.experiment import prepare, run_experiment
+from logitjudge.design import prepare
+from logitjudge.experiment import run_experiment
 from logitjudge.stats import jsonable
 
 ROOT = Path(__file__).resolve().parent

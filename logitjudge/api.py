@@ -92,9 +92,8 @@ def load_judge(model: str = _SPEC.model.id, *, dtype: str = _SPEC.model.dtype,
     :class:`logitjudge.models.Judge`: its weights, or for a serving engine its tokenizer and config only (the
     engine loads the weights when :func:`score` first runs); an unreachable id fails in one line before any
     loading."""
-    from .engines import check_engine
+    from .engines import check_model
     from .experiment import load_judge as load
-    from .models import ModelError, check_attn_implementation, check_device
 
     options = dict(engine_options or {})
     unknown = sorted(set(options) - set(ENGINE_OPTIONS))
@@ -104,15 +103,7 @@ def load_judge(model: str = _SPEC.model.id, *, dtype: str = _SPEC.model.dtype,
     m = _section(ModelSpec, {"id": model, "dtype": dtype, "device": device, "threads": threads,
                              "quantize": quantize, "attn_implementation": attn_implementation, "engine": engine,
                              **options}, "load_judge", "model")
-    try:
-        check_engine(m, probing=False)
-    except LogitJudgeError as e:
-        raise LogitJudgeError(f"lj.load_judge(engine=...): {e}") from None
-    for kw, check in (("device", check_device), ("attn_implementation", check_attn_implementation)):
-        try:
-            check(getattr(m, kw))
-        except ModelError as e:
-            raise ModelError(f"lj.load_judge({kw}=...): {e}") from None
+    check_model(m, probing=False, where=lambda key: f"lj.load_judge({key}=...)")
     return load(_CallSpec(name="load_judge", model=m))
 
 
@@ -252,45 +243,18 @@ def _order_array(orderings, paradigm):
 
 
 def _open(spec, judge, *, force, items, rubric, template, orders):
-    """:func:`logitjudge.experiment.open_experiment`, with a :class:`~logitjudge.prompts.Template` object and
-    an order array in place of the spec's template and orderings: each checked as the spec's are, before any
-    item is scored (the run's fingerprint holds the template and orders themselves)."""
-    from .experiment import OpenExperiment, prepare
-    from .orderings import OrderingError, cross, parse, validate
-    from .preflight import preflight
-    from .prompts import PromptError
-    from .selection import plan_orders
+    """:func:`logitjudge.experiment.open_experiment` on a call's spec and judge, with the Python API's objects (a
+    :class:`~logitjudge.prompts.Template`, an order array) in place of the spec's template and orderings: each
+    checked as the spec's are, before any item is scored (the run's fingerprint holds them)."""
+    from .experiment import open_experiment
 
-    exp = prepare(spec, force=force, items=items, rubric=rubric)
-    pr, od = spec.prompts, spec.orderings
-    if template is not None:
-        try:
-            t = template.require(pr.paradigm)
-        except PromptError as e:
-            raise LogitJudgeError(f"lj.score(template=...): {e}") from None
-        t = t if pr.chat is None else replace(t, chat=pr.chat)
-        exp = replace(exp, template=t)
-        if exp.rows is not None:  # candidate rows hold the template's tie label
-            rows, option_orders, _ = plan_orders(exp.spec, exp.items, exp.rubric, t)
-            exp = replace(exp, rows=rows, option_orders=option_orders)
-    if orders is not None:
-        try:
-            o = validate(orders, exp.rubric.n_options, per_item=True, n_items=len(exp.items))
-        except OrderingError as e:
-            raise LogitJudgeError(f"lj.score(orderings=...): {e}") from None
-        c = None
-        if pr.multi_criteria:  # crossed with the criteria orders, as selection.option_orders crosses a design's
-            o, c = cross(o, parse(od.criteria, exp.rubric.n_criteria, seed=od.seed + 1))
-        given = f"given:{o.shape[-2]}" + (" per item" if o.ndim == 3 else "")  # the table meta's orderings
-        exp = replace(exp, option_orders=o, criterion_orders=c,
-                      spec=replace(exp.spec, orderings=replace(od, options=given)))
-    return OpenExperiment(exp, judge, preflight(exp, judge))
+    return open_experiment(spec, lm=judge, force=force, items=items, rubric=rubric, template=template,
+                           orders=orders)
 
 
 def _judge_model(judge, **given) -> ModelSpec:
     """The [model] section of a call on ``judge``: its id and, for a serving engine's judge, the engine settings it
     was loaded with; ``given`` (the call's keywords) over them."""
-    from dataclasses import replace
 
     loaded = judge.settings
     m = _section(ModelSpec, {"id": judge.model_id, **given}, "score", "model")

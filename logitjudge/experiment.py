@@ -1,9 +1,10 @@
 """Experiments: one spec -> scores (resumable), analysis, a report folder and, with [probe], the probe page.
 
-The pipeline, each step calling only those below it: :func:`prepare` (the spec's data, rubric, template, orders
-and outputs, no model) -> :func:`~logitjudge.preflight.preflight` (the judge's tokenizer and config: the request
-plan, every prompt checked) -> :class:`OpenExperiment` (the judge loaded once, its engine made and audited once on
-that plan) -> :func:`score_experiment` / :func:`~logitjudge.probing.run.probe_experiment` -> analysis ->
+The pipeline, each step calling only those below it: :func:`~logitjudge.design.prepare` (the spec's data,
+rubric, template, orders, engine and outputs, no model) -> :func:`~logitjudge.preflight.preflight` (the judge's
+tokenizer and config: the request plan, every prompt checked) -> :class:`OpenExperiment` (the judge loaded once,
+its engine made and audited once on that plan) -> :func:`~logitjudge.scorer.score_experiment` /
+:func:`~logitjudge.probing.run.probe_experiment` -> analysis ->
 :func:`~logitjudge.report.experiment.write_experiment_report`. The spec's settings and an example are in
 docs/getting-started.md ("An experiment spec"); their defaults, help and checks are the fields of
 :mod:`logitjudge.spec`.
@@ -11,33 +12,35 @@ docs/getting-started.md ("An experiment spec"); their defaults, help and checks 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 
+from .design import prepare
 from .items import Item
-from .orderings import OrderingError, check_memory
-from .outputs import spec_inputs, spec_outputs
 from .preflight import preflight
 from .probing.run import probe_experiment, probe_settings
+from .prompts import Template
 from .report.experiment import write_experiment_report
+from .requests import RequestPlan
 from .rubric import Rubric
 from .scorer import score_experiment
-from .selection import load_items, plan_orders
-from .slots import check_slots
-from .spec import Experiment, Spec, SpecError, load_spec, model_source, relative, with_overrides
+from .spec import Experiment, Spec, SpecError, load_spec, model_source, with_overrides
 from .table import ScoreTable
 
-__all__ = ["Experiment", "OpenExperiment", "SpecError", "load_spec", "open_experiment", "prepare", "run_experiment"]
+__all__ = ["Experiment", "OpenExperiment", "SpecError", "load_spec", "open_experiment", "run_experiment"]
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------------
+@dataclass
 class OpenExperiment:
     """A spec prepared and preflighted (:func:`open_experiment`): the judge is loaded (unless one was given) and its
     engine made and audited once, on the first :meth:`score` or :meth:`probe`; the request plan is the preflight's
     (remade once only where the loaded judge's tokenizer is not the one the preflight read)."""
 
-    def __init__(self, exp: Experiment, lm=None, plan=None):
-        self.exp, self.lm, self.plan, self._engine = exp, lm, plan, None
+    exp: Experiment
+    lm: object = None
+    plan: RequestPlan | None = None
+    _engine: object = None
 
     def judge(self):
         """The judge: the one given, else the spec's, loaded on the first call."""
@@ -67,90 +70,17 @@ class OpenExperiment:
 
 
 def open_experiment(spec, *, lm=None, data_dir=None, out=None, force: bool = False, spec_file=None,
-                    items: list[Item] | None = None, rubric: Rubric | None = None) -> OpenExperiment:
-    """The one way into a run: :func:`prepare` (everything but the model checked) then :func:`preflight` (the
-    tokenizer and config: ``lm``'s when a judge is given, else the spec's, read without the weights); the
-    judge is loaded when the returned :class:`OpenExperiment` scores or probes. Its prompts are the preflight's
-    :class:`~logitjudge.requests.RequestPlan`: each encoded once. Arguments: :func:`prepare`'s."""
-    exp = prepare(spec, data_dir=data_dir, out=out, force=force, spec_file=spec_file, items=items, rubric=rubric)
+                    items: list[Item] | None = None, rubric: Rubric | None = None, template: Template | None = None,
+                    orders=None) -> OpenExperiment:
+    """The one way into a run: :func:`~logitjudge.design.prepare` (everything but the model checked) then
+    :func:`~logitjudge.preflight.preflight` (the tokenizer and config: ``lm``'s when a judge is given, else the
+    spec's, read without the weights); the judge is loaded when the returned :class:`OpenExperiment` scores or
+    probes. Its prompts are the preflight's :class:`~logitjudge.requests.RequestPlan`: each encoded once.
+    Arguments: :func:`~logitjudge.design.prepare`'s."""
+    exp = prepare(spec, data_dir=data_dir, out=out, force=force, spec_file=spec_file, items=items, rubric=rubric,
+                  template=template, orders=orders)
     plan = preflight(exp, lm)  # a preloaded judge: its own tokenizer and config, checked before any item is scored
     return OpenExperiment(exp, lm, plan)
-
-
-def prepare(spec, *, data_dir=None, out=None, force: bool = False, spec_file=None, items: list[Item] | None = None,
-            rubric: Rubric | None = None) -> Experiment:
-    """Validate a spec and resolve its data, rubric, template, orderings, devices and outputs (no model yet).
-
-    A spec from ``score`` (``probe``) flags writes its table (probe table) at ``out``; an experiment writes a
-    report folder there, with the table at ``out/table.npz`` and the probe table at ``out/probe.npz``. No output
-    may be an input of the run, and an existing file that is not of the kind written there is refused unless
-    ``force`` (:mod:`logitjudge.outputs`); ``spec_file``: the spec's file (an input too; default: ``spec`` when
-    it is a path). ``items``/``rubric``: already made (the Python API's data), in place of the spec's texts file
-    and rubric (:func:`logitjudge.selection.load_items`). A spec from flags without ``out`` writes nothing (the
-    table is returned only).
-    """
-    from .engine import EngineError
-    from .engines import check_engine
-    from .models import ModelError, check_attn_implementation, check_device
-    from .outputs import OutputError, check_outputs
-    from .prompts import PromptError, default_template, load_template
-
-    if isinstance(spec, (str, Path)):
-        spec_file = spec_file or spec
-    spec = load_spec(spec)
-    items, rubric, info = load_items(spec, data_dir, items=items, rubric=rubric)
-    pr = spec.prompts
-    if pr.multi_criteria and rubric.n_criteria < 2:
-        raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: the rubric has a single criterion "
-                        f"({rubric.criteria[0].name!r}); set multi_criteria = false or choose 2+ criteria")
-    try:
-        name = pr.template or default_template(pr.multi_criteria, pr.paradigm)
-        template = load_template(relative(name, spec.base) if name.endswith(".toml") else name).require(pr.paradigm)
-        if pr.chat is not None:  # --chat / --no-chat, a spec's chat: over the template's own setting
-            template = replace(template, chat=pr.chat)
-    except PromptError as e:
-        raise SpecError(f"{spec.where('prompts', 'template')}: {e}") from None
-    rows, option_orders, criterion_orders = plan_orders(spec, items, rubric, template)
-    units = len(items) if rows is None else len(rows)
-    k, n = option_orders.shape[-2], option_orders.shape[-1]
-    try:  # the scores table (and its label mass) the orders make, before a batch is scored
-        check_memory(f"{spec.where('orderings', 'options')}: a table of {units:,} items x "
-                     f"{rubric.n_criteria} criteria x {k:,} orderings x {n} options would",
-                     units * rubric.n_criteria * k * (n + 1) * 8, "use fewer orderings or items")
-    except OrderingError as e:
-        raise SpecError(str(e)) from None
-    if pr.multi_criteria:
-        check_slots(pr.slots, rubric.n_options, rubric.n_criteria, pr.max_continuations)
-    human = {it.id: dict(it.human) for it in items if it.human} or None
-    systems = None
-    if human:
-        for key in ("model", "model_id", "system"):
-            if all(key in it.meta for it in items):
-                systems = {it.id: str(it.meta[key]) for it in items}
-                break
-    out = out if out is not None else spec.out
-    out_path = None if out is None and spec.from_flags else Path(out).expanduser()
-    spec = replace(spec, out=None if out_path is None else str(out_path))
-    table_path = out_path if spec.from_flags else out_path / "table.npz"
-    probe_path = out_path if spec.from_flags else out_path / "probe.npz"
-    for key, check in (("device", check_device), ("attn_implementation", check_attn_implementation)):
-        try:
-            check(getattr(spec.model, key))
-        except ModelError as e:
-            raise SpecError(f"{spec.where('model', key)}: {e}") from None
-    exp = Experiment(spec, out_path, table_path, probe_path, items, rubric, template, option_orders,
-                     criterion_orders, human, systems, info, rows)
-    probing = probe_settings(exp) is not None  # the [probe] section too is checked before any model loads
-    try:  # the engine: installed, and no setting it does not run
-        check_engine(spec.model, probing=probing)
-    except EngineError as e:
-        raise SpecError(f"{spec.where('model', 'engine')}: {e}") from None
-    try:
-        check_outputs(spec_outputs(spec, table_path, probe_path, probing), spec_inputs(spec, info, spec_file),
-                      force=force)
-    except OutputError as e:
-        raise SpecError(str(e)) from None
-    return exp
 
 
 def load_judge(spec: Spec):
@@ -162,7 +92,7 @@ def load_judge(spec: Spec):
     from .models import set_threads
 
     set_threads(spec.model.threads)
-    source = model_source(spec)
+    source = model_source(spec)  # the spec's Paths.model
     check_available(source)
     return engine_config(spec.model).load_judge(source, spec.model)
 

@@ -257,3 +257,15 @@ def items_from_data(data, *, text: str = "text", id: str | None = "id", context:
                     context=_pick(columns, context, "context", "context", source),
                     group=_pick(columns, group, "group", "group", source), columns=table)
     return items_from_records(records, fields=fields, source=source), path
+
+
+def human_and_systems(items: list[Item]) -> tuple[dict | None, dict | None]:
+    """The items' human scores ({item id: {criterion: score}}; None: none has any) and, with human scores, each
+    item's system (the model that wrote it) from the first of the meta keys model, model_id, system that every
+    item has (None: no such key)."""
+    human = {it.id: dict(it.human) for it in items if it.human} or None
+    if human is not None:
+        for key in ("model", "model_id", "system"):
+            if all(key in it.meta for it in items):
+                return human, {it.id: str(it.meta[key]) for it in items}
+    return human, None

@@ -66,6 +66,11 @@ class Judge:
         """The judge's context in tokens (:func:`context_length`)."""
         return context_length(self.config, self.tokenizer)
 
+    @property
+    def n_layers(self) -> int | None:
+        """The language model's layer count, from its config (:func:`config_layers`; None where it does not say)."""
+        return config_layers(self.config)
+
     def max_length_on(self, engine) -> int:
         """The longest prompt and label ``engine`` may be sent: the judge's context, or the engine's own
         (``engine.context``: e.g. ``vllm serve --max-model-len``) where that is shorter."""

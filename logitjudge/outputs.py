@@ -21,12 +21,14 @@ plots are PNG images.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .checkpoint import check_file, check_unlocked
 from .errors import LogitJudgeError
 
 
@@ -166,13 +168,15 @@ def report_folder(*, probe: bool = False) -> dict:
 class Output:
     """One path a command writes: a file of ``kind`` (a key of :data:`KINDS`), or a folder of ``files``
     (relative name -> kind); ``where`` names it in messages (the flag or spec key); ``side`` are the run's
-    own files beside it (a table's checkpoint and lock), which may not be an input either."""
+    own files beside it (a table's checkpoint and lock), which may not be an input either; ``resumes``: the tables
+    whose checkpoints the run resumes (:func:`check_resumable`)."""
 
     path: Path
     where: str
     kind: str | None = None
     files: dict | None = None
     side: tuple = ()
+    resumes: tuple = ()
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -222,7 +226,7 @@ def check_outputs(outputs, inputs, *, force: bool = False) -> None:
     """Refuse (:class:`OutputError`) any output of ``outputs`` (:class:`Output`) that is a folder where a file
     goes, cannot be written, is one of ``inputs`` (``(label, path)`` pairs, e.g. ``("--texts", ...)``; paths
     that are not files are left out) or another output's path, or exists holding a file not of its kind (unless
-    ``force``)."""
+    ``force``); then the checkpoint of each table a run resumes (:func:`check_resumable`)."""
     ins = [(label, Path(p)) for label, p in inputs if p is not None and Path(p).is_file()]
     seen: dict = {}
     for out in outputs:
@@ -255,6 +259,23 @@ def check_outputs(outputs, inputs, *, force: bool = False) -> None:
             if not ours(path):
                 raise OutputError(f"{where}: {path} exists and is not {what} ({_identify(path)}); it would be "
                                   "replaced: choose another path, or add --force to replace it")
+    for out in outputs:
+        for table in out.resumes:
+            check_resumable(table)
+
+
+def check_resumable(table: Path) -> None:
+    """What a run checks when it starts, here before the model loads: each checkpoint it would resume beside
+    ``table`` (a file that is not one, or whose first record, the run's settings, is damaged:
+    :func:`logitjudge.checkpoint.check_file`; under torchrun each rank's too), and that no other run is writing
+    ``table`` now (:func:`logitjudge.checkpoint.check_unlocked`)."""
+    parts = [Path(f"{table}.partial.jsonl")]
+    if table.parent.is_dir():
+        parts += sorted(table.parent.glob(f"{glob.escape(table.name)}.rank*.partial.jsonl"))
+    for part in parts:
+        check_file(part)
+    check_unlocked(table)
+
 
 
 # ---- a spec's outputs and inputs ---------------------------------------------------------------------
@@ -262,36 +283,35 @@ def spec_outputs(spec, table_path: Path | None, probe_path: Path | None, probing
     """Every path the spec's command writes (:mod:`logitjudge.outputs`): ``score`` its table, ``probe`` its probe
     table and page folder, ``run`` its report folder; and the prompt dump."""
 
-    def side(p: Path) -> tuple:  # the run's checkpoint and lock beside a table
-        return (Path(f"{p}.partial.jsonl"), Path(f"{p}.lock"))
+    def side(p: Path) -> dict:  # the run's checkpoint and lock beside a table, which it resumes
+        return {"side": (Path(f"{p}.partial.jsonl"), Path(f"{p}.lock")), "resumes": (p,)}
 
     out = spec.where("", "out")
     if table_path is None:  # nothing written but the prompt dump
         outs = []
     elif not spec.from_flags:
+        tables = (table_path, probe_path) if probing else (table_path,)
         outs = [Output(Path(spec.out), out, files=report_folder(probe=probing),
-                       side=side(table_path) + (side(probe_path) if probing else ()))]
+                       side=sum((side(t)["side"] for t in tables), ()), resumes=tables)]
     elif probing:
-        outs = [Output(probe_path, out, kind="probe-table", side=side(probe_path))]
+        outs = [Output(probe_path, out, kind="probe-table", **side(probe_path))]
         if spec.probe.report:
             outs.append(Output(Path(spec.probe.report), spec.where("probe", "report"), files=probe_folder()))
     else:
-        outs = [Output(table_path, out, kind="table", side=side(table_path))]
+        outs = [Output(table_path, out, kind="table", **side(table_path))]
     if spec.dump_prompts:
         outs.append(Output(Path(spec.dump_prompts), spec.where("", "dump_prompts"), kind="prompt-dump"))
     return outs
 
 
-def spec_inputs(spec, info: dict, spec_file) -> list:
-    """The files the run reads, as (label, path): none of them may be written."""
-    from .spec import model_source, relative
-
-    d, template = spec.data, spec.prompts.template or ""
+def spec_inputs(spec, paths, info: dict, spec_file) -> list:
+    """The files the run reads, as (label, path): none of them may be written. ``paths``: the spec's files,
+    resolved (:class:`~logitjudge.spec.Paths`)."""
+    d = spec.data
     ins = [(spec.where("data", "texts") if d.texts else "data set", info.get("path")),
-           (spec.where("data", "rubric"), relative(d.rubric, spec.base) if d.rubric else None),
-           (spec.where("prompts", "template"), relative(template, spec.base) if template.endswith(".toml") else None),
+           (spec.where("data", "rubric"), paths.rubric), (spec.where("prompts", "template"), paths.template),
            ("experiment spec", spec_file)]
-    model = Path(model_source(spec)).expanduser()
+    model = Path(paths.model).expanduser()
     if model.is_dir():
         ins += [(spec.where("model", "id"), f) for f in model.iterdir()]
     elif model.is_file():  # a GGUF judge

@@ -1,16 +1,15 @@
 """The checks that need the judge's tokenizer and config but not its weights (seconds, not the minutes of a
-model load): run after :func:`logitjudge.experiment.prepare` and before :func:`~logitjudge.experiment.load_judge`,
+model load): run after :func:`logitjudge.design.prepare` and before :func:`~logitjudge.experiment.load_judge`,
 so that a label the tokenizer cannot produce, a text past the model's context or a probe layer the model does not
 have is refused before the load."""
 
 from __future__ import annotations
 
-import glob
-from pathlib import Path
-
 import numpy as np
 
-from .spec import Experiment, SpecError, model_source
+from .models import read_judge
+from .requests import RequestPlan, orders_of, slot_request
+from .spec import Experiment, SpecError
 
 
 def preflight(exp: Experiment, lm=None):
@@ -18,18 +17,18 @@ def preflight(exp: Experiment, lm=None):
     the labels (token prefixes of each other, labels the tokenizer cannot produce), every item's prompts against
     the model's context and the judge's token convention (:mod:`logitjudge.tokens`: one BOS first where the judge
     expects one, mended or refused as each prompt is encoded; the plan's ``mends`` go into the table's meta), and
-    the probe's layers against the model's layer count; first, without the tokenizer, :func:`check_run_files`.
-    ``lm``: a judge already loaded (the Python API), whose tokenizer and config are checked before any item is
-    scored.
+    the probe's layers against the model's layer count (what needs no tokenizer was checked when the spec was
+    prepared: :func:`logitjudge.design.prepare`). ``lm``: a judge already loaded (the Python API), whose tokenizer
+    and config are checked before any item is scored.
 
     Returns the run's :class:`~logitjudge.requests.RequestPlan`, whose prompts read here stay encoded for the
     run; None for multi-criteria (its later slots follow the judge's answers: the run encodes them)."""
-    from .models import config_layers, read_judge
-    from .requests import RequestPlan, orders_of, slot_request
-
-    check_run_files(exp)
-    judge = lm if lm is not None else read_judge(model_source(exp.spec))  # its tokenizer and config, no weights
-    config = judge.config
+    judge = lm if lm is not None else read_judge(exp.paths.model)  # its tokenizer and config, no weights
+    layers, n = exp.spec.probe.layers, judge.n_layers  # the probe's layers against the model's (None: unsaid)
+    if exp.spec.probe.probes and layers and n is not None and any(not 0 <= x < n for x in layers):
+        bad = [x for x in layers if not 0 <= x < n]
+        raise SpecError(f"{exp.spec.where('probe', 'layers')}: layer {bad[0]} is outside 0..{n - 1} (the model "
+                        f"has {n} layers, read from its config); choose layers in that range")
     context, rubric, orders = judge.max_length, exp.rubric, np.asarray(exp.option_orders)
     K = orders.shape[-2]
     if exp.rows is not None:  # pairwise / listwise: every row's first ordering, labels and context at once
@@ -53,33 +52,7 @@ def preflight(exp: Experiment, lm=None):
         ep = plan.prompt(*ask[:2], check=False)
         if len(ask) == 3:
             _check_context(plan.units[ask[0]], rubric.criteria[ask[2]], ep, context)
-    layers, n = exp.spec.probe.layers, config_layers(config)
-    if exp.spec.probe.probes and layers and n is not None and any(not 0 <= x < n for x in layers):
-        bad = [x for x in layers if not 0 <= x < n]
-        raise SpecError(f"{exp.spec.where('probe', 'layers')}: layer {bad[0]} is outside 0..{n - 1} (the model "
-                        f"has {n} layers, read from its config); choose layers in that range")
     return None if exp.criterion_orders is not None else plan
-
-
-def check_run_files(exp: Experiment) -> None:
-    """What the run checks when it starts, here before the model loads: the rubric's descriptions against a
-    pointwise template that shows them, and each checkpoint the run would resume (a file that is not one, or
-    whose first record, the run's settings, is damaged: :func:`logitjudge.checkpoint.check_file`), and that no
-    other run is writing them now (:func:`logitjudge.checkpoint.check_unlocked`)."""
-    from .checkpoint import check_file, check_unlocked
-    from .prompts import shows_descriptions
-
-    if exp.rows is None:
-        exp.rubric.validate(need_descriptions=shows_descriptions(exp.template))
-    # the [probe] section was checked by prepare (probe_settings): it probes when it names probes
-    tables = {exp.table_path} | ({exp.probe_path} if exp.spec.probe.probes else set())
-    for table in sorted(t for t in tables if t is not None):  # None: a Python call that writes no table
-        parts = [Path(f"{table}.partial.jsonl")]  # and, under torchrun, each rank's
-        if table.parent.is_dir():
-            parts += sorted(table.parent.glob(f"{glob.escape(table.name)}.rank*.partial.jsonl"))
-        for part in parts:
-            check_file(part)
-        check_unlocked(table)
 
 
 def _check_context(item, criterion, ep, max_length: int) -> None:

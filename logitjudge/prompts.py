@@ -9,7 +9,7 @@ prompt + continuation together and split, here at the last token that ends insid
 from __future__ import annotations
 
 import string
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .candidates import LETTERS, PARADIGMS, POINTWISE
@@ -57,6 +57,12 @@ class Template:
     needs_descriptions: bool = True
     paradigm: str = "pointwise"  # pointwise | pairwise | listwise (logitjudge.candidates)
     tie_label: str = ""  # pairwise templates: the answer for a tie ("" = no tie label)
+
+    @property
+    def shows_descriptions(self) -> bool:
+        """A pointwise template's prompts show the rubric's descriptions, so an empty one is refused (checked when
+        the spec is prepared, before the model loads; the run again)."""
+        return self.needs_descriptions and "{description}" in self.option_line
 
     @classmethod
     def load(cls, path: str | Path) -> Template:
@@ -198,10 +204,20 @@ def load_template(spec: str | Path | Template | None) -> Template:
     return Template.load(s) if s.endswith(".toml") or Path(s).exists() else builtin_template(s)
 
 
+def choose_template(prompts, path: str | None = None, *, given: Template | None = None) -> Template:
+    """The template of a spec's [prompts] section (:class:`~logitjudge.spec.PromptSpec`): ``given`` (a Template
+    object, the Python API's), else the template file at ``path`` (the spec's, resolved), the built-in it names or
+    the paradigm's built-in; checked against the paradigm, with its ``chat`` setting (--chat / --no-chat) over the
+    template's own."""
+    template = given if given is not None else load_template(
+        path or prompts.template or default_template(prompts.multi_criteria, prompts.paradigm))
+    template = template.require(prompts.paradigm)
+    return template if prompts.chat is None else replace(template, chat=prompts.chat)
+
+
 def shows_descriptions(template: Template) -> bool:
-    """A pointwise template's prompts show the rubric's descriptions, so an empty one is refused (the preflight
-    checks it before the model loads, the run again)."""
-    return template.needs_descriptions and "{description}" in template.option_line
+    """:attr:`Template.shows_descriptions`."""
+    return template.shows_descriptions
 
 
 def uses_chat(template: Template, tokenizer) -> bool:

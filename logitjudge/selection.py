@@ -1,6 +1,7 @@
 """What a spec selects, before any model loads: its items and rubric, and the orders they are scored in.
 
-:func:`load_items` resolves ``[data]`` (a data set or a texts file, subsets, criteria); :func:`plan_orders`
+:func:`make_selection` runs them and checks the result. :func:`load_items` resolves ``[data]`` (a data set or a texts
+file, subsets, criteria); :func:`plan_orders`
 resolves ``[prompts]``/``[orderings]`` into the option orders (and, with several criteria in one prompt, the
 aligned criterion orders) or, for pairwise/listwise prompts, the candidate rows and their orders. Every problem
 is a :class:`logitjudge.spec.SpecError` naming the spec key or flag it comes from.
@@ -8,19 +9,63 @@ is a :class:`logitjudge.spec.SpecError` naming the spec key or flag it comes fro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .items import Item, read_items
-from .orderings import OrderingError, cross, parse
+from .errors import LogitJudgeError
+from .items import Item, human_and_systems, read_items
+from .orderings import OrderingError, check_memory, cross, parse, validate
 from .rubric import Rubric, RubricError, load_rubric
-from .spec import Spec, SpecError, relative
+from .slots import check_slots
+from .spec import Paths, Spec, SpecError
 
-__all__ = ["load_items", "option_orders", "plan_orders"]
+__all__ = ["Selection", "candidate_plan", "load_items", "make_selection", "plan_orders"]
 
 
-def load_items(spec: Spec, data_dir, *, items: list[Item] | None = None,
+@dataclass(frozen=True)
+class Selection:
+    """What a spec selects: its items and rubric, their human scores and systems, a description of the data, and
+    the orders they are scored in (pointwise: ``rows`` None) or the candidate rows and their orders."""
+
+    items: list[Item]
+    rubric: Rubric
+    info: dict
+    rows: list | None
+    option_orders: np.ndarray
+    criterion_orders: np.ndarray | None
+    human: dict | None
+    systems: dict | None
+
+
+def make_selection(spec: Spec, paths: Paths, template, data_dir, *, items: list[Item] | None = None,
+           rubric: Rubric | None = None, orders=None) -> Selection:
+    """The spec's :class:`Selection` (:func:`load_items`, :func:`plan_orders`), checked: the rubric against the
+    template (descriptions it shows, 2+ criteria for several in one prompt), the table the orders make against
+    memory, and the slot mode. ``orders``: the Python API's option-order array, in place of the spec's design."""
+    items, rubric, info = load_items(spec, paths, data_dir, items=items, rubric=rubric)
+    pr = spec.prompts
+    if pr.paradigm == "pointwise":
+        rubric.validate(need_descriptions=template.shows_descriptions)
+    if pr.multi_criteria and rubric.n_criteria < 2:
+        raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: the rubric has a single criterion "
+                        f"({rubric.criteria[0].name!r}); set multi_criteria = false or choose 2+ criteria")
+    rows, option_orders, criterion_orders = plan_orders(spec, items, rubric, template, given=orders)
+    units = len(items) if rows is None else len(rows)
+    k, n = option_orders.shape[-2], option_orders.shape[-1]
+    try:  # the scores table (and its label mass) the orders make, before a batch is scored
+        check_memory(f"{spec.where('orderings', 'options')}: a table of {units:,} items x "
+                     f"{rubric.n_criteria} criteria x {k:,} orderings x {n} options would",
+                     units * rubric.n_criteria * k * (n + 1) * 8, "use fewer orderings or items")
+    except OrderingError as e:
+        raise SpecError(str(e)) from None
+    if pr.multi_criteria:
+        check_slots(pr.slots, rubric.n_options, rubric.n_criteria, pr.max_continuations)
+    return Selection(items, rubric, info, rows, option_orders, criterion_orders, *human_and_systems(items))
+
+
+def load_items(spec: Spec, paths: Paths, data_dir, *, items: list[Item] | None = None,
                rubric: Rubric | None = None) -> tuple[list[Item], Rubric, dict]:
     """The spec's items (a data set or a texts file, subset by limit/groups/per_group), its rubric (subset by
     criteria) and a description of the data for the report; every problem a :class:`SpecError` naming the key.
@@ -28,7 +73,7 @@ def load_items(spec: Spec, data_dir, *, items: list[Item] | None = None,
     rubric the spec names; ``[data] texts`` then names the file they were read from, if any."""
     from .data import DataError, load_dataset, subset_items
 
-    d, base = spec.data, spec.base
+    d = spec.data
     given_rubric = rubric
     data_dir = data_dir if data_dir is not None else d.dir
     data_where = spec.where("data", "texts") if spec.from_flags else "spec [data]"
@@ -42,7 +87,7 @@ def load_items(spec: Spec, data_dir, *, items: list[Item] | None = None,
             if d.options:
                 raise SpecError("spec [data] options: loader options apply to data sets (name = ...), not to "
                                 "a texts file; remove them")
-            path = relative(d.texts, base) if d.texts is not None else None
+            path = paths.texts
             items = subset_items(read_items(path) if items is None else items, limit=d.limit, groups=d.groups,
                                  seed=d.seed)
             rubric = load_rubric("default")
@@ -59,7 +104,7 @@ def load_items(spec: Spec, data_dir, *, items: list[Item] | None = None,
         if given_rubric is not None:
             rubric = given_rubric
         elif d.rubric is not None:
-            rubric = load_rubric(relative(d.rubric, base))
+            rubric = load_rubric(paths.rubric)
         if d.criteria is not None:
             rubric = rubric.subset(d.criteria)
     except RubricError as e:
@@ -82,44 +127,48 @@ def load_items(spec: Spec, data_dir, *, items: list[Item] | None = None,
     return items, rubric, info
 
 
-def option_orders(spec: Spec, rubric: Rubric, n_items: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """The option orders ((K, n) shared, or (I, K, n) per item for random:K / all-per-item designs) and
-    (multi-criteria) the aligned criteria orders, shared by every item: every option order crossed with every
-    criteria order, the criteria orders drawn with seed + 1 so that they are not the option orders' draws."""
-    od = spec.orderings
+def plan_orders(spec: Spec, items: list[Item], rubric: Rubric, template, *, given=None) -> tuple:
+    """(rows, option orders, criterion orders) of a spec. Pairwise or listwise: the candidate rows and their orders
+    (:func:`candidate_plan`), no criterion orders. Pointwise: no rows; the option orders, (K, n) shared or (I, K, n)
+    per item for random:K / all-per-item designs (``given``: the Python API's order array, checked against the
+    rubric) and, with several criteria in one prompt, the aligned criteria orders, shared by every item: every
+    option order crossed with every criteria order, drawn with seed + 1 so that they are not the option orders'
+    draws."""
+    pr, od = spec.prompts, spec.orderings
+    if pr.paradigm != "pointwise":
+        return (*candidate_plan(spec, items, template), None)
+    if pr.pairs is not None:
+        raise SpecError(f"{spec.where('prompts', 'pairs')}: pairs applies to --paradigm pairwise only")
     try:
-        option_orders = parse(od.options, rubric.n_options, seed=od.seed, n_items=n_items)
+        orders = parse(od.options, rubric.n_options, seed=od.seed, n_items=len(items)) if given is None else \
+            validate(given, rubric.n_options, per_item=True, n_items=len(items))
     except OrderingError as e:
+        if given is not None:
+            raise LogitJudgeError(f"lj.score(orderings=...): {e}") from None
         raise SpecError(f"{spec.where('orderings', 'options')}: {e}") from None
-    if not spec.prompts.multi_criteria:
-        return option_orders, None
+    if not pr.multi_criteria:
+        return None, orders, None
     try:
         criterion_orders = parse(od.criteria, rubric.n_criteria, seed=od.seed + 1)
     except OrderingError as e:
         raise SpecError(f"{spec.where('orderings', 'criteria')}: {e} (criteria orders are shared by every "
                         "item: balanced, all, shared-random:K or fixed:K)") from None
-    return cross(option_orders, criterion_orders)
+    return (None, *cross(orders, criterion_orders))
 
 
-def plan_orders(spec: Spec, items: list[Item], rubric: Rubric, template) -> tuple:
-    """(rows, option orders, criterion orders) of a spec: pointwise, no rows (:func:`option_orders`); pairwise or
-    listwise, the rows and candidate orders of :func:`logitjudge.candidates.plan` (the candidates of a group are
-    the options) and no criterion orders."""
+def candidate_plan(spec: Spec, items: list[Item], template) -> tuple[list, np.ndarray]:
+    """The pairwise or listwise rows of a spec and their candidate orders (:func:`logitjudge.candidates.plan`: the
+    candidates of a group are the options)."""
     from .candidates import CandidateError, plan
 
     pr, od = spec.prompts, spec.orderings
-    if pr.paradigm == "pointwise":
-        if pr.pairs is not None:
-            raise SpecError(f"{spec.where('prompts', 'pairs')}: pairs applies to --paradigm pairwise only")
-        return (None, *option_orders(spec, rubric, len(items)))
     if pr.multi_criteria:
         raise SpecError(f"{spec.where('prompts', 'multi_criteria')}: several criteria in one prompt are rubric "
                         f"(pointwise) prompts; {pr.paradigm} prompts ask one criterion each")
     key = "pairs" if pr.pairs is not None and pr.paradigm != "pairwise" else "paradigm"
     try:
-        rows, orders = plan(items, pr.paradigm, pairs=pr.pairs, orderings=od.options, seed=od.seed,
-                            tie_label=template.tie_label)
+        return plan(items, pr.paradigm, pairs=pr.pairs, orderings=od.options, seed=od.seed,
+                    tie_label=template.tie_label)
     except CandidateError as e:
         where = spec.where("orderings", "options") if "orderings" in str(e) else spec.where("prompts", key)
         raise SpecError(f"{where}: {e}") from None
-    return rows, orders, None

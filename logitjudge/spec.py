@@ -424,9 +424,29 @@ def model_source(spec: Spec) -> str:
     return model_id
 
 
+@dataclass(frozen=True)
+class Paths:
+    """The files a spec names, resolved once against its folder (:func:`relative`, :func:`model_source`): the
+    texts, the rubric and the template file (None where it names none: a data set, the data set's rubric, a
+    built-in template) and the judge (a folder or GGUF beside the spec, else its id as given)."""
+
+    texts: str | None
+    rubric: str | None
+    template: str | None
+    model: str
+
+
+def resolve_paths(spec: Spec) -> Paths:
+    """The spec's :class:`Paths`."""
+    d, template = spec.data, spec.prompts.template or ""
+    return Paths(relative(d.texts, spec.base) if d.texts is not None else None,
+                 relative(d.rubric, spec.base) if d.rubric is not None else None,
+                 relative(template, spec.base) if template.endswith(".toml") else None, model_source(spec))
+
+
 @dataclass
 class Experiment:
-    """Everything a spec resolves to before the model is loaded (:func:`logitjudge.experiment.prepare`)."""
+    """Everything a spec resolves to before the model is loaded (:func:`logitjudge.design.prepare`)."""
 
     spec: Spec
     out: Path | None  # None: nothing written (the Python API's score without out=)
@@ -441,3 +461,4 @@ class Experiment:
     systems: dict | None
     data_info: dict
     rows: list | None = None  # pairwise / listwise: the candidate rows (logitjudge.candidates); None: pointwise
+    paths: Paths | None = None  # the spec's files, resolved once (None: an Experiment made by hand)

@@ -9,7 +9,8 @@ from conftest import fresh_tiny_lm, shared_data_dir
 
 from logitjudge import demo as demo_mod
 from logitjudge.checkpoint import Checkpoint, scan
-from logitjudge.experiment import SpecError, load_spec, prepare, run_experiment
+from logitjudge.design import prepare
+from logitjudge.experiment import SpecError, load_spec, run_experiment
 from logitjudge.items import read_items
 from logitjudge.table import ScoreTable
 

@@ -18,8 +18,9 @@ from conftest import fresh_tiny_lm, shared_data_dir
 from logitjudge.analysis import analyze, format_markdown
 from logitjudge.candidates import plan
 from logitjudge.cli import main
+from logitjudge.design import prepare
 from logitjudge.engine import Engine, plain_prompt_logprobs
-from logitjudge.experiment import SpecError, prepare, run_experiment
+from logitjudge.experiment import SpecError, run_experiment
 from logitjudge.items import Item
 from logitjudge.paradigm_run import CandidateRun, check_template
 from logitjudge.requests import item_prompts, orders_of

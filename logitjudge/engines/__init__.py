@@ -17,13 +17,16 @@ token ids and returns every label's exact log-probability; the run calls it thro
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..engine import EngineError
+from ..models import ModelError, check_attn_implementation, check_device
 from .base import Engine, EngineConfig
 from .http import HTTPConfig
 from .native import NativeConfig
 from .vllm_local import VLLMConfig
 
-__all__ = ["ENGINES", "SERVERS", "Engine", "EngineConfig", "check_engine", "engine_config", "engine_kind"]
+__all__ = ["ENGINES", "SERVERS", "Engine", "EngineConfig", "check_model", "engine_config", "engine_kind"]
 
 # --engine NAME -> its config (each checks itself, loads its judge and makes its engine)
 ENGINES: dict[str, type] = {"native": NativeConfig, "vllm": VLLMConfig, "http": HTTPConfig}
@@ -57,9 +60,19 @@ def engine_config(model_spec) -> EngineConfig:
     return ENGINES[engine_kind(model_spec.engine)].from_spec(model_spec)
 
 
-def check_engine(model_spec, *, probing: bool) -> EngineConfig:
-    """:func:`engine_config`, checked before anything loads (``probing``: the run probes): an engine not installed,
-    or a setting it does not run, refused in one line."""
-    config = engine_config(model_spec)
-    config.check(probing=probing)
+def check_model(model_spec, *, probing: bool, where: Callable[[str], str], error: type | None = None) -> EngineConfig:
+    """Every [model] setting that needs no model, checked before anything loads: the device, the attention
+    implementation, then the engine (:func:`engine_config`: installed, and no setting it does not run; ``probing``:
+    the run probes). Each refusal is one line that ``where(key)`` names (the flag, TOML key or keyword), raised as
+    ``error`` (None: the check's own error type)."""
+    for key, check in (("device", check_device), ("attn_implementation", check_attn_implementation)):
+        try:
+            check(getattr(model_spec, key))
+        except ModelError as e:
+            raise (error or type(e))(f"{where(key)}: {e}") from None
+    try:
+        config = engine_config(model_spec)
+        config.check(probing=probing)
+    except EngineError as e:
+        raise (error or type(e))(f"{where('engine')}: {e}") from None
     return config
