@@ -41,17 +41,18 @@ def main(argv=None) -> int:
     ap.add_argument("--routes", default="bf16,bf16_upcast")
     args = ap.parse_args(argv)
     import logitjudge.autodtype as ad
+    import logitjudge.gemm_rates as gr
     from logitjudge.models import load_model
     from logitjudge.requests import demo_plan
 
     plans = {"golden": ad.calibration_plan, "demo": demo_plan}  # golden: tests/golden.py's plan, the same
     lm32 = load_model(args.judge, dtype="fp32", device="cpu")
     lm16 = load_model(args.judge, dtype="bf16", device="cpu")
-    cpu = ad.describe_cpu()
+    cpu = gr.describe_cpu()
     for w in args.workloads.split(","):
         p32, _ = engine_probs(lm32, plans[w](lm32))
         for route in args.routes.split(","):
-            ad.bf16_route = lambda device="cpu", r=route: r  # the native step asks this when it packs
+            gr.bf16_route = lambda device="cpu", r=route: r  # the native step asks this when it packs
             p16, took = engine_probs(lm16, plans[w](lm16))
             assert took == route, f"the engine took {took}, not {route}"
             d = np.abs(p16 - p32)

@@ -47,8 +47,9 @@ from logitjudge_kernels import dispatch
 import logitjudge.judge.backends.native_common as native
 from benchmarks import floor, judge_model, workloads  # floor: peers.py's, the layer matmul rate
 from benchmarks.timing import best_of_interleaved
-from logitjudge.autodtype import cpu_info, describe_cpu, resolve_dtype
+from logitjudge.autodtype import resolve_dtype
 from logitjudge.engine import Engine, distribution
+from logitjudge.gemm_rates import cpu_info, describe_cpu
 
 PARTS = {  # (owner, attribute) -> label
     (native.Weight, "__call__"): "GEMMs: q/k/v, output, down projections",

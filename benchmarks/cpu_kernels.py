@@ -101,7 +101,7 @@ def cpu_table(rows: list[int], *, repeats: int = 3, kernels=None, remeasure: boo
               clock: str = "wall") -> dict:
     """Measure every kernel x rows x implementation; the JSON-ready {"meta", "results"} (saved to ``out`` after
     every row, so that a run cut short keeps what it measured)."""
-    from logitjudge.autodtype import cpu_info, describe_cpu
+    from logitjudge.gemm_rates import cpu_info, describe_cpu
 
     t_start = time.perf_counter()
     if remeasure:

@@ -24,7 +24,7 @@ import torch
 
 from benchmarks import judge_model
 from benchmarks.timing import best_of_interleaved
-from logitjudge.autodtype import cpu_info, describe_cpu
+from logitjudge.gemm_rates import cpu_info, describe_cpu
 from logitjudge.judge.backends import native_gemms as ng
 
 

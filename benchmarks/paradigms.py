@@ -95,7 +95,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from logitjudge.autodtype import cpu_info, describe_cpu
+    from logitjudge.gemm_rates import cpu_info, describe_cpu
     from logitjudge.report.compare import comparison_table, plot_comparison
     from logitjudge.sections.paradigms import compare_tables
     from logitjudge.stats import jsonable

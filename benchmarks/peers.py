@@ -347,7 +347,7 @@ def main(argv=None) -> int:
     if llama_reason:
         print(f"skipping llama.cpp: {llama_reason}")
     det_wl = "8x350" if "8x350" in names else names[0]
-    from logitjudge.autodtype import cpu_info, describe_cpu, gemm_rates
+    from logitjudge.gemm_rates import cpu_info, describe_cpu, gemm_rates
 
     cpu = cpu_info()
     print(f"CPU: {describe_cpu(cpu)}")
@@ -355,7 +355,7 @@ def main(argv=None) -> int:
     rate["measured_gflops"] = [rate["layer_flops_per_s"] / 1e9]
     rate["measured_sustained_gflops"] = [(rate["sustained_flops_per_s"] or 0.0) / 1e9]
     routes = gemm_rates("cpu")  # what --dtype auto and the native bf16 route decide by (cached per CPU)
-    print("GEMM rates by route (logitjudge.autodtype, one layer's projections): " + ", ".join(
+    print("GEMM rates by route (logitjudge.gemm_rates, one layer's projections): " + ", ".join(
         f"{r} {v / 1e9:.0f} GFLOP/s" for r, v in routes["rates"].items()) + f" (measured {routes['measured_at']})")
     rate["fma_peak"] = floor.fma_peak(args.threads)
     peak = rate["fma_peak"]["flops_per_s"]

@@ -68,8 +68,8 @@ def main(argv=None) -> int:
 
     from benchmarks import workloads
     from benchmarks.rss import measured
-    from logitjudge.autodtype import cpu_info, describe_cpu
     from logitjudge.engine import Engine
+    from logitjudge.gemm_rates import cpu_info, describe_cpu
     from logitjudge.models import set_threads
     from logitjudge.probing.patching import make_pairs, make_sites, patch_item
     from logitjudge.probing.prompts import probe_prompts

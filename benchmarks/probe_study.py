@@ -311,9 +311,9 @@ def main(argv=None) -> int:
         ap.error("--stories must be at least 2 (CIs and held-out probes resample stories)")
 
     import torch
+    from logitjudge_kernels._cbuild import cpu_model
 
     from logitjudge import stats as st
-    from logitjudge.autodtype import cpu_model
     from logitjudge.design import prepare
     from logitjudge.experiment import SpecError, open_experiment
 

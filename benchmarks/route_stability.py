@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         print(json.dumps(worker(a.judge, dtypes, a.threads)))
         return 0
 
-    from logitjudge.autodtype import cpu_info, describe_cpu
+    from logitjudge.gemm_rates import cpu_info, describe_cpu
 
     runs, failures = [], []
     load_before = os.getloadavg()

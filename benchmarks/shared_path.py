@@ -29,8 +29,8 @@ import numpy as np
 
 from benchmarks import workloads
 from benchmarks.timing import best_of_interleaved
-from logitjudge.autodtype import cpu_info, describe_cpu
 from logitjudge.engine import Engine
+from logitjudge.gemm_rates import cpu_info, describe_cpu
 from logitjudge.judge.baselines import prefix_cache_prompt_logprobs
 
 

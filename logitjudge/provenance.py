@@ -33,9 +33,10 @@ def writer(device: str, gemm_route) -> dict:
     """This process as a writer of checkpoint records: who (pid, host, when) and its setup (:data:`SETUP`)."""
     import torch
     from logitjudge_kernels import dispatch
+    from logitjudge_kernels._cbuild import cpu_model
 
     from . import __version__
-    from .autodtype import cpu_model, isa_flags
+    from .gemm_rates import isa_flags
 
     return {"pid": os.getpid(), "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

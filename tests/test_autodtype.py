@@ -1,5 +1,6 @@
 """``--dtype auto``: the choice follows the measured GEMM rates and the accepted tolerance; rates are cached per
-machine; the native path's bf16 route follows the same rates; the CLI records the choice in the table meta."""
+machine (logitjudge.gemm_rates); the native path's bf16 route follows the same rates; the CLI records the choice in
+the table meta."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import json
 
 import pytest
 import torch
+from logitjudge_kernels._cbuild import cpu_model
 
 import logitjudge.autodtype as ad
+import logitjudge.gemm_rates as gr
 
 GF = 1e9
 
@@ -20,21 +23,21 @@ def rates(monkeypatch, tmp_path):
 
     monkeypatch.setenv("LOGITJUDGE_CACHE", str(tmp_path))
     monkeypatch.setattr(dispatch, "busy", lambda: False)  # a quiet machine unless a test says otherwise
-    ad._gemm_rates.cache_clear()
+    gr._gemm_rates.cache_clear()
     ad._bf16_error.cache_clear()
     monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None:
                         {"max_abs_dp": 0.01, "prompts": 4, "route": "bf16"})  # within the bound unless a test says
     calls = []
 
     def set_rates(**r):
-        monkeypatch.setattr(ad, "measure_gemm_rates", lambda device="cpu", repeats=7, routes=None:
+        monkeypatch.setattr(gr, "measure_gemm_rates", lambda device="cpu", repeats=7, routes=None:
                             calls.append(device) or {k: v * GF for k, v in r.items() if not routes or k in routes})
-        ad._gemm_rates.cache_clear()
+        gr._gemm_rates.cache_clear()
         (tmp_path / "gemm_rates.json").unlink(missing_ok=True)
         return calls
 
     yield set_rates
-    ad._gemm_rates.cache_clear()
+    gr._gemm_rates.cache_clear()
     ad._bf16_error.cache_clear()
 
 
@@ -52,7 +55,7 @@ def test_auto_takes_bf16_only_when_measured_min_speedup_faster(rates, bf16, upca
     rates(fp32=100, bf16=bf16, bf16_upcast=upcast)
     dtype, why = ad.resolve_dtype("auto", "cpu")
     assert dtype == want
-    assert "vs fp32 100" in why and f"{max(bf16, upcast) / 100:.2f}x" in why and ad.cpu_model() in why
+    assert "vs fp32 100" in why and f"{max(bf16, upcast) / 100:.2f}x" in why and cpu_model() in why
 
 
 def test_auto_keeps_fp32_where_bf16_error_measured_here_is_over_its_bound(rates, monkeypatch, tmp_path, caplog):
@@ -72,7 +75,7 @@ def test_auto_keeps_fp32_where_bf16_error_measured_here_is_over_its_bound(rates,
     ad._bf16_error.cache_clear()  # a new process: read back from the file, not measured again
     assert ad.resolve_dtype("auto", "cpu")[0] == "fp32" and measured == ["cpu"]
     saved = json.loads((tmp_path / "bf16_error.json").read_text())
-    assert [v["max_abs_dp"] for k, v in saved.items() if k.startswith(ad.machine_key("cpu"))] == [0.062]
+    assert [v["max_abs_dp"] for k, v in saved.items() if k.startswith(gr.machine_key("cpu"))] == [0.062]
     monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None:
                         {"max_abs_dp": 0.05, "prompts": 4, "route": "bf16"})  # at the bound: within it
     ad._bf16_error.cache_clear()
@@ -96,21 +99,21 @@ def test_bf16_error_is_not_measured_where_bf16_is_not_faster(rates, monkeypatch)
 
 def test_bf16_route_is_the_faster_measured_one(rates):
     rates(fp32=300, bf16=175, bf16_upcast=290)  # Intel Xeon, AVX-512 BF16 without AMX (measured)
-    assert ad.bf16_route() == "bf16_upcast"
+    assert gr.bf16_route() == "bf16_upcast"
     rates(fp32=210, bf16=390, bf16_upcast=200)
-    assert ad.bf16_route() == "bf16"
+    assert gr.bf16_route() == "bf16"
 
 
 def test_rates_are_measured_once_per_machine_and_cached_on_disk(rates, tmp_path):
     calls = rates(fp32=100, bf16=50, bf16_upcast=99)
-    first = ad.gemm_rates("cpu")
-    ad._gemm_rates.cache_clear()  # a new process: read back from the file, not measured again
-    again = ad.gemm_rates("cpu")
+    first = gr.gemm_rates("cpu")
+    gr._gemm_rates.cache_clear()  # a new process: read back from the file, not measured again
+    again = gr.gemm_rates("cpu")
     assert calls == ["cpu"] and first == again
     saved = json.loads((tmp_path / "gemm_rates.json").read_text())
-    key = ad.machine_key("cpu")
+    key = gr.machine_key("cpu")
     assert key in saved and saved[key]["rates"]["bf16"] == 50 * GF
-    assert ad.cpu_model() in key and f"{torch.get_num_threads()} threads" in key
+    assert cpu_model() in key and f"{torch.get_num_threads()} threads" in key
 
 
 def test_rates_measured_on_a_busy_machine_are_measured_again_when_quieter(rates, tmp_path, monkeypatch):
@@ -118,22 +121,22 @@ def test_rates_measured_on_a_busy_machine_are_measured_again_when_quieter(rates,
 
     calls = rates(fp32=100, bf16=50, bf16_upcast=99)
     monkeypatch.setattr(dispatch, "busy", lambda: True)
-    ad.gemm_rates("cpu")
-    ad._gemm_rates.cache_clear()
-    ad.gemm_rates("cpu")  # still busy: the provisional rates are used
+    gr.gemm_rates("cpu")
+    gr._gemm_rates.cache_clear()
+    gr.gemm_rates("cpu")  # still busy: the provisional rates are used
     assert calls == ["cpu"] and json.loads((tmp_path / "gemm_rates.json").read_text())[
-        ad.machine_key("cpu")]["provisional"] is True
+        gr.machine_key("cpu")]["provisional"] is True
     monkeypatch.setattr(dispatch, "busy", lambda: False)
-    ad._gemm_rates.cache_clear()
-    ad.gemm_rates("cpu")  # quieter: measured again, and kept
-    ad._gemm_rates.cache_clear()
-    ad.gemm_rates("cpu")
+    gr._gemm_rates.cache_clear()
+    gr.gemm_rates("cpu")  # quieter: measured again, and kept
+    gr._gemm_rates.cache_clear()
+    gr.gemm_rates("cpu")
     assert calls == ["cpu", "cpu"] and json.loads((tmp_path / "gemm_rates.json").read_text())[
-        ad.machine_key("cpu")]["provisional"] is False
+        gr.machine_key("cpu")]["provisional"] is False
 
 
 def test_measured_rates_are_positive_for_every_route():
-    r = ad.measure_gemm_rates("cpu", repeats=1)
+    r = gr.measure_gemm_rates("cpu", repeats=1)
     assert set(r) == {"fp32", "bf16", "bf16_upcast"} and all(v > 0 for v in r.values())  # no fp16 route
 
 
@@ -157,10 +160,10 @@ def test_auto_keeps_fp32_where_bf16_is_not_faster(rates):
 
 
 def test_cpu_description_names_model_and_isa():
-    info = ad.cpu_info()
-    line = ad.describe_cpu(info)
+    info = gr.cpu_info()
+    line = gr.describe_cpu(info)
     assert info["model"] in line and "ISA:" in line
-    assert set(info["isa"]) <= set(ad.ISA_FLAGS)
+    assert set(info["isa"]) <= set(gr.ISA_FLAGS)
     assert all(f in line for f in info["isa"])
 
 

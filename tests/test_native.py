@@ -87,13 +87,13 @@ def test_fused_weights_are_views_and_model_still_runs():
 
 @pytest.fixture(params=["bf16", "bf16_upcast"])
 def bf16_route(request, monkeypatch):
-    """Each bf16 GEMM route of the native path, whatever this CPU measured faster (logitjudge.autodtype)."""
-    import logitjudge.autodtype as ad
+    """Each bf16 GEMM route of the native path, whatever this CPU measured faster (logitjudge.gemm_rates)."""
+    import logitjudge.gemm_rates as gr
     from logitjudge.judge.backends.native_gemms import _bf16_gemms_available, packing_available
 
     if not packing_available() or (request.param == "bf16" and not _bf16_gemms_available()):
         pytest.skip(f"route {request.param} needs oneDNN{' with bf16 GEMMs' if request.param == 'bf16' else ''}")
-    monkeypatch.setattr(ad, "bf16_route", lambda device="cpu": request.param)
+    monkeypatch.setattr(gr, "bf16_route", lambda device="cpu": request.param)
     return request.param
 
 
@@ -124,13 +124,13 @@ def test_packing_decision_and_packed_bf16_matches_unpacked(bf16_route):
 def test_bf16_upcast_route_is_the_fp32_path_on_bf16_rounded_weights(monkeypatch):
     """The bf16_upcast route computes exactly what the fp32 path computes on the bf16-rounded weights (same
     packed fp32 GEMMs, fp32 activations), including the pruned last layer and the captured keys/values."""
-    import logitjudge.autodtype as ad
+    import logitjudge.gemm_rates as gr
     from logitjudge.judge.backends import native_gemms as ng
     from logitjudge.judge.backends.native_gemms import packing_available
 
     if not packing_available():
         pytest.skip("no oneDNN packing")
-    monkeypatch.setattr(ad, "bf16_route", lambda device="cpu": "bf16_upcast")
+    monkeypatch.setattr(gr, "bf16_route", lambda device="cpu": "bf16_upcast")
     for kernel in (ng.LINEAR, ng.GATE_UP):  # packed for both models: each measures its own weights' calls, and
         name = kernel.candidates[0].name  # a near tie may send one model's call to plain F.linear
 
@@ -207,9 +207,10 @@ def test_bf16_calibration_within_stated_bound_on_gemma(gemma_lm):
     BF16, no AMX): 0.0061 (bf16), 0.0021 (bf16_upcast); on the demo's 12 texts x 10 orders 0.0096 and 0.0035
     (python -m benchmarks.bf16_error)."""
     import logitjudge.autodtype as ad
+    import logitjudge.gemm_rates as gr
 
     err = ad.measure_bf16_error("cpu", lm32=gemma_lm)
-    assert err["route"] == ad.bf16_route("cpu") and err["prompts"] == 4
+    assert err["route"] == gr.bf16_route("cpu") and err["prompts"] == 4
     assert 0 < err["max_abs_dp"] <= ad.TOLERANCE["bf16"]
 
 

@@ -49,7 +49,7 @@ class Weight:
     (``benchmarks/peers.py`` prints both rates: ``layer_flops_per_s_by_path`` in its JSON). ``upcast``: a
     bf16/fp16 weight whose packed copy is fp32 (exactly its values); the GEMM then runs on fp32 FMAs with the
     input upcast and the output rounded back to the input's dtype: on CPUs whose bf16 dot products are slower
-    than fp32 FMAs (:func:`logitjudge.autodtype.bf16_route`)."""
+    than fp32 FMAs (:func:`logitjudge.gemm_rates.bf16_route`)."""
 
     __slots__ = ("weight", "bias", "packed", "upcast")
 
@@ -132,7 +132,7 @@ def gemm_route(dtype: torch.dtype, device: torch.device) -> str:
         return "plain"
     if not _bf16_gemms_available():
         return "bf16_upcast"
-    from ...autodtype import bf16_route
+    from ...gemm_rates import bf16_route  # read when called: tests and benchmarks/bf16_error.py set the route there
 
     return bf16_route("cpu")
 
