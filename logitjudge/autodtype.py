@@ -19,12 +19,13 @@ from functools import cache
 import torch
 
 from .gemm_rates import bf16_route, cache_file, gemm_rates, load_cache, machine_key, save_cache
+from .tolerance import LOW_PRECISION_TOL
 
 log = logging.getLogger("logitjudge")
 
 # stated tolerance of each dtype: max |dp| of option probabilities against the exact fp32 path
 # (docs/how-it-works.md, Exactness; tests/test_native.py checks bf16 on Gemma-3-270M)
-TOLERANCE = {"fp32": 0.0, "bf16": 0.05}
+TOLERANCE = {"fp32": 0.0, "bf16": LOW_PRECISION_TOL}
 MIN_SPEEDUP = 1.2  # bf16 only when its GEMMs are this much faster: fp32 is exact, and the GEMMs are ~75% of a run
 
 

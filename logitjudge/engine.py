@@ -135,7 +135,7 @@ class Engine:
     def audit_defaults(self) -> tuple[int, float]:
         """No audit for an architecture the parity tests hold (else 3 prompts); fp32's tolerance or, for bf16/fp16
         weights, theirs."""
-        from .verify import default_tol
+        from .tolerance import default_tol
 
         return default_audit_prompts(self.model), default_tol(self.model)
 

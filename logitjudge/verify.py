@@ -16,19 +16,7 @@ import numpy as np
 
 from .engine import EngineError, plain_prompt_logprobs
 from .errors import LogitJudgeError
-
-DEFAULT_TOL = 1e-5  # absolute, on each option probability (normalised over the options), fp32 models
-LOW_PRECISION_TOL = 0.05  # bf16/fp16 weights: their stated tolerance against fp32 (docs/how-it-works.md)
-
-
-def default_tol(model) -> float:
-    """:data:`DEFAULT_TOL` for an fp32 model, :data:`LOW_PRECISION_TOL` when its weights are bf16/fp16 (the
-    engine's and the plain path's roundings then differ by more than fp32 reassociation)."""
-    import torch
-
-    dtype = next(model.parameters()).dtype
-    return DEFAULT_TOL if dtype in (torch.float32, torch.float64) else LOW_PRECISION_TOL
-
+from .tolerance import DEFAULT_TOL
 
 # a serving engine's table unless --verify N: its rows were not compared with the plain forward in this run
 NOT_AUDITED = ("not audited: the serving engine's rows were not compared with the plain forward (--verify N "

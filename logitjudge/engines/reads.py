@@ -132,7 +132,7 @@ class ServedEngine:
     def audit_defaults(self) -> tuple[int, float]:
         """No audit unless asked (it loads the weights a second time, in transformers); the tolerance of the
         precision the engine runs."""
-        from ..verify import DEFAULT_TOL, LOW_PRECISION_TOL
+        from ..tolerance import DEFAULT_TOL, LOW_PRECISION_TOL
 
         return 0, DEFAULT_TOL if self.dtype == "fp32" else LOW_PRECISION_TOL
 
