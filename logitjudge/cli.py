@@ -20,8 +20,9 @@ from pathlib import Path
 
 from . import __version__
 from .errors import LogitJudgeError
+from .flags import add_flags
 from .progress import Interrupted
-from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, ProbeSpec, PromptSpec, Spec, add_flags
+from .spec import AnalysisSpec, DataSpec, ModelSpec, OrderingSpec, ProbeSpec, PromptSpec, Spec
 
 log = logging.getLogger("logitjudge")
 
@@ -159,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_score(args) -> int:
     from .experiment import open_experiment
-    from .spec import from_flags
+    from .flags import from_flags
 
     run = open_experiment(from_flags(args), force=args.force)  # everything but the weights is checked here
     exp, table = run.exp, run.score(progress=not args.quiet)
@@ -172,7 +173,7 @@ def cmd_score(args) -> int:
 
 def cmd_probe(args) -> int:
     from .experiment import open_experiment
-    from .spec import from_flags
+    from .flags import from_flags
 
     run = open_experiment(from_flags(args, name="probe"), force=args.force)  # all but the weights checked here
     exp, (table, page) = run.exp, run.probe(progress=not args.quiet)

@@ -24,7 +24,8 @@ class RankUsageError(LogitJudgeError, ValueError):
 
 
 def add_rank_flags(p) -> None:
-    from .spec import DataSpec, ModelSpec, OrderingSpec, PromptSpec, Spec, add_flags
+    from .flags import add_flags
+    from .spec import DataSpec, ModelSpec, OrderingSpec, PromptSpec, Spec
 
     p.add_argument("table", nargs="?", default=None,
                    help="a score table (.npz) of grouped candidates (pointwise with groups, pairwise or listwise); "
@@ -184,7 +185,7 @@ def _write_json(res, path: Path) -> None:
 
 def _score_first(args) -> str:
     from .experiment import open_experiment
-    from .spec import from_flags
+    from .flags import from_flags
 
     if not args.out:
         raise RankUsageError("without TABLE, rank scores first: give --out TABLE.npz (and --texts or --dataset)")

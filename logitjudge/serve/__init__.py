@@ -15,7 +15,8 @@ from ..errors import LogitJudgeError
 def add_serve_flags(p) -> None:
     """The serve subcommand's flags: the judge's [model] flags (as ``logitjudge score`` takes them) and the
     service's own."""
-    from ..spec import ModelSpec, add_flags
+    from ..flags import add_flags
+    from ..spec import ModelSpec
 
     add_flags(p, ModelSpec, dest_prefix="model.")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
