@@ -1,14 +1,20 @@
 """Do fresh processes on one machine take the same kernel routes? (issue 55 item 3)
 
-Each of ``--processes`` fresh processes loads the judge and scores a few prompts in each ``--dtypes``, measuring
-every kernel decision anew (its own empty decision cache, ``LOGITJUDGE_KERNEL_CACHE``; the compiled kernels are
-copied in from the first process's build, so the build is not repeated), and reports, per route (dtype, kernel,
-shape bucket), the candidates the exactness gate rejected (``logitjudge_kernels.exactness``) and the one the speed
-choice took. The table gives, per route, the choices and their counts and how many processes agreed with the
-most common one, for the exactness verdicts and the speed choice apart; the JSON also the CPU and the load.
+Each of ``--processes`` fresh processes loads the judge and scores a few prompts in each ``--dtypes`` and
+reports, per route (dtype, kernel, shape bucket), the candidates the exactness gate rejected
+(``logitjudge_kernels.exactness``) and the one the speed choice took. The table gives, per route, the choices and
+their counts and how many processes agreed with the most common one, for the exactness verdicts and the speed
+choice apart; the JSON also the CPU and the load.
+
+``--cache fresh`` (default): every process measures every kernel decision anew (its own empty decision cache,
+``LOGITJUDGE_KERNEL_CACHE``; the compiled kernels are copied in from the first process's build, so the build is not
+repeated): how stable the gate and the speed choice are themselves. ``--cache machine``: the processes share one
+decision cache, as a user's runs on one machine do (the first measures and keeps its decisions; a later one
+measures again only a decision kept as provisional, one measured on a machine busier than its CPU count):
+which routes a user's runs take.
 
     python -m benchmarks.route_stability [--judge gemma-3-270m] [--processes 20] [--dtypes fp32,bf16]
-        [--threads 2] [--out benchmarks/results/route_stability.json]
+        [--threads 2] [--cache fresh|machine] [--out benchmarks/results/route_stability.json]
 """
 
 from __future__ import annotations
@@ -82,6 +88,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--cache", choices=("fresh", "machine"), default="fresh",
+                    help="fresh: each process measures anew; machine: one decision cache for all, as on a user's "
+                         "machine")
     ap.add_argument("--out", default="benchmarks/results/route_stability.json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -98,8 +107,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="route-stability-") as tmp:
         first = Path(tmp) / "p0"
         for i in range(a.processes):
-            cache = first if i == 0 else Path(tmp) / f"p{i}"
-            if i:
+            cache = first if i == 0 or a.cache == "machine" else Path(tmp) / f"p{i}"
+            if cache != first:
                 _fresh_cache(first, cache)
             res = run_module("route_stability", ["--worker", "--judge", a.judge, "--dtypes", a.dtypes,
                                                  "--threads", str(a.threads)], timeout=a.timeout,
@@ -124,7 +133,8 @@ def main(argv=None) -> int:
     partial = sum(r["processes"] < n for r in rows)
     print(f"\n{len(rows)} routes over {n} processes ({partial} taken by only some): exactness stable in {exact_ok}, "
           f"speed choice stable in {speed_ok}; {len(failures)} failed" + (f" ({failures[0]})" if failures else ""))
-    out = {"judge": a.judge, "dtypes": dtypes, "threads": a.threads, "processes": a.processes, "ok": n,
+    out = {"judge": a.judge, "dtypes": dtypes, "threads": a.threads, "processes": a.processes, "cache": a.cache,
+           "ok": n,
            "failures": failures, "cpu": describe_cpu(cpu_info()), "load_before": load_before,
            "load_after": os.getloadavg(), "seconds": round(time.time() - t0, 1), "routes": rows,
            "exactness_stable": exact_ok, "choice_stable": speed_ok, "partial": partial,

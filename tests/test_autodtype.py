@@ -25,7 +25,7 @@ def rates(monkeypatch, tmp_path):
     monkeypatch.setattr(dispatch, "busy", lambda: False)  # a quiet machine unless a test says otherwise
     gr._gemm_rates.cache_clear()
     ad._bf16_error.cache_clear()
-    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None:
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None, judge=ad.CALIBRATION_JUDGE:
                         {"max_abs_dp": 0.01, "prompts": 4, "route": "bf16"})  # within the bound unless a test says
     calls = []
 
@@ -65,8 +65,8 @@ def test_auto_keeps_fp32_where_bf16_error_measured_here_is_over_its_bound(rates,
 
     rates(fp32=100, bf16=200, bf16_upcast=95)
     measured = []
-    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None: measured.append(device) or
-                        {"max_abs_dp": 0.062, "prompts": 4, "route": "bf16"})
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None, judge=ad.CALIBRATION_JUDGE:
+                        measured.append(device) or {"max_abs_dp": 0.062, "prompts": 4, "route": "bf16"})
     with caplog.at_level(logging.INFO, logger="logitjudge"):
         dtype, why = ad.resolve_dtype("auto", "cpu")
     assert dtype == "fp32" and "0.062" in why and "0.05" in why and "2.00x" in why
@@ -76,12 +76,30 @@ def test_auto_keeps_fp32_where_bf16_error_measured_here_is_over_its_bound(rates,
     assert ad.resolve_dtype("auto", "cpu")[0] == "fp32" and measured == ["cpu"]
     saved = json.loads((tmp_path / "bf16_error.json").read_text())
     assert [v["max_abs_dp"] for k, v in saved.items() if k.startswith(gr.machine_key("cpu"))] == [0.062]
-    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None:
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None, judge=ad.CALIBRATION_JUDGE:
                         {"max_abs_dp": 0.05, "prompts": 4, "route": "bf16"})  # at the bound: within it
     ad._bf16_error.cache_clear()
     (tmp_path / "bf16_error.json").unlink()
     dtype, why = ad.resolve_dtype("auto", "cpu")
     assert dtype == "bf16" and "0.05 <= 0.05" in why
+
+
+def test_bf16_error_is_measured_on_the_judge_to_be_loaded(rates, monkeypatch, tmp_path):
+    """Each judge's own error decides (issue 55 item 4: the bound must hold on both built-in judges): one over the
+    bound keeps fp32, another within it takes bf16; each is measured once and kept under its own key."""
+    rates(fp32=100, bf16=200, bf16_upcast=95)
+    errors = {"judge-a": 0.07, "judge-b": 0.01}
+    measured = []
+    monkeypatch.setattr(ad, "measure_bf16_error", lambda device="cpu", lm32=None, judge=ad.CALIBRATION_JUDGE:
+                        measured.append(judge) or {"max_abs_dp": errors[judge], "prompts": 4, "route": "bf16"})
+    a, why_a = ad.resolve_dtype("auto", "cpu", judge="judge-a")
+    b, why_b = ad.resolve_dtype("auto", "cpu", judge="judge-b")
+    assert (a, b) == ("fp32", "bf16") and "judge-a" in why_a and "0.07" in why_a and "judge-b" in why_b
+    ad._bf16_error.cache_clear()  # a new process reads both back
+    assert [ad.resolve_dtype("auto", "cpu", judge=j)[0] for j in errors] == ["fp32", "bf16"]
+    assert measured == ["judge-a", "judge-b"]
+    saved = json.loads((tmp_path / "bf16_error.json").read_text())
+    assert sorted(k.split(" | ")[-1].split()[0] for k in saved) == ["judge-a", "judge-b"]
 
 
 def test_auto_keeps_fp32_where_bf16_error_cannot_be_measured(rates, monkeypatch):

@@ -40,13 +40,14 @@ class NativeConfig:
 
     def load_judge(self, source: str, model_spec=None):
         """The judge's weights in this process. Under torchrun each rank loads them on its own GPU
-        (:func:`logitjudge.distributed.rank_device`); ``dtype`` auto is measured once per machine (cached)."""
+        (:func:`logitjudge.distributed.rank_device`); ``dtype`` auto is measured once per machine and judge (cached:
+        bf16's speed here, and its error on this judge)."""
         from ..autodtype import resolve_dtype
         from ..distributed import rank_device
         from ..models import load_model
 
         device = rank_device(self.device)  # cuda -> cuda:LOCAL_RANK before anything is loaded
-        dtype, why = resolve_dtype(self.dtype, device)
+        dtype, why = resolve_dtype(self.dtype, device, judge=source)
         if device != self.device:
             log.info("rank %s: judge on %s", os.environ.get("RANK", "?"), device)
         return load_model(source, dtype=dtype, device=device, quantize=self.quantize,
