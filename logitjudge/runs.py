@@ -1,11 +1,12 @@
 """A run: one resumable table made on one set of rails: fingerprint, checkpoint and its lock, rank sharding,
 progress, meta, table assembly and the atomic save.
 
-:class:`Run` scores: single-criterion (a step per batch of items, :func:`logitjudge.steps.score_batch`) and
-multi-criteria (a step per item, the slot algorithms of :mod:`logitjudge.steps`).
-:class:`~logitjudge.probing.run.ProbeRun` probes the judge's internals on the same rails (a step per item,
-:func:`logitjudge.probing.steps.probe_item`). The batch plan
-is fixed from this rank's whole item list in fixed windows, whatever is already done, and each batch is
+:class:`Run` is the rails; what differs between runs is its mode (:mod:`logitjudge.modes`), which forms the
+batches, computes a step and builds the table: single-criterion scores (a step per batch of items,
+:func:`logitjudge.steps.score_batch`), several criteria in one prompt (a step per item, the slot modes of
+:mod:`logitjudge.steps`), candidate rows (:class:`~logitjudge.paradigm_run.CandidateRun`) and the judge's internals
+(:class:`~logitjudge.probing.run.ProbeRun`, a step per item, :func:`logitjudge.probing.steps.probe_item`). The
+batch plan is fixed from this rank's whole item list in fixed windows, whatever is already done, and each batch is
 checkpointed as one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is
 equal bit for bit. Under torchrun every rank runs its share with its own checkpoint; rank 0 writes the gathered
 table.
