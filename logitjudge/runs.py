@@ -73,6 +73,8 @@ class Run:
                  engine: Engine | None = None, out=None, slots: str = "greedy", max_continuations: int = 20000,
                  progress: bool = True, meta: dict | None = None, request_plan: RequestPlan | None = None,
                  steps: Steps | None = None):
+        if steps is not None and criterion_orders is not None:  # they would be dropped without a word
+            raise RunError("criterion_orders choose a rubric run's mode: give them or steps, not both")
         self.steps = steps or score_steps(criterion_orders, slots, max_continuations)
         self.lm, self.rubric = lm, rubric
         self.template = self.steps.template(template, rubric)
