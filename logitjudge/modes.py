@@ -145,7 +145,8 @@ class ScoreSteps(Steps):
         run = self.run
         if item_id not in {it.id for it in run.items}:
             return "not an item of this run"
-        want = (run.rubric.n_criteria, run.option_orders.shape[-2], run.rubric.n_options)
+        # options: the orders' (a candidate row shows its candidates and a tie, not the rubric's options)
+        want = (run.rubric.n_criteria, *run.option_orders.shape[-2:])
         if len(record) != 2:
             return f"{len(record)} arrays where a score record has 2 (probs, label_mass)"
         for name, a, shape in (("probs", record[0], want), ("label_mass", record[1], want[:2])):
