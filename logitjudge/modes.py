@@ -48,7 +48,8 @@ class Batch:
 
 class Steps:
     """What every mode answers. The defaults are a rubric run's (pointwise prompts of a run's items); the Run
-    that holds the mode is :attr:`run` from :meth:`attach` on, once the shared settings are checked."""
+    that holds the mode (one run per mode) is :attr:`run` from :meth:`attach` on, once the shared settings are
+    checked."""
 
     label = "scoring"  # the progress bar's
     codec = SCORES  # an item's checkpoint record
