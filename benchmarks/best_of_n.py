@@ -68,7 +68,7 @@ def measure(lm, items, rubric, k: int, *, run_baseline: bool, seed: int = 0) -> 
     orders = parse(f"random:{k}", rubric.n_options, n_items=len(items), seed=seed)
     run = GroupedRun(lm, items, rubric, orders, engine=Engine(lm, token_budget=1 << 15), progress=False)
     tokens = planned_tokens(run)
-    prompts = [p for i in range(len(items)) for p in run.item_prompts(i)]
+    prompts = [p for i in range(len(items)) for p in run.request_plan.prompts(i)]
     row = {"N": None, "K": k, "items": len(items), "prompts": len(prompts), "trie_tokens": tokens,
            "baseline_tokens": int(sum(len(p.prompt_ids) for p in prompts))}
     fns = {"logitjudge": run.execute}  # one run each (a run executes once): the wall clock of a single round

@@ -2,7 +2,7 @@
 :mod:`logitjudge.candidates` scored like items.
 
 A row's prompts (one per criterion and ordering, :func:`logitjudge.requests.candidate_requests`) are planned and
-scored by the rubric's batches (:meth:`Run.batches`, :func:`logitjudge.steps.score_batch`); the rows of one group
+scored by the rubric's batches (:class:`CandidateSteps`, :func:`logitjudge.steps.score_batch`); the rows of one group
 in a batch run as one token trie, so the instructions and the group's context (a source article, a question)
 are computed once for all its pairs. Checkpoint, resume, progress, meta and the atomic save are the Run's; the
 table is a :class:`~logitjudge.table.ScoreTable` whose items are rows (layout in :mod:`logitjudge.candidates`).
@@ -13,18 +13,74 @@ from __future__ import annotations
 import numpy as np
 
 from .candidates import POINTWISE, Row, candidate_ids, check_paradigm
-from .engine import Engine as NativeEngine
 from .engines.base import Engine
-from .orderings import validate
+from .modes import PointwiseSteps, RunError
 from .prompts import default_template, load_template
 from .requests import RequestPlan
-from .runs import Run, RunError, run_fingerprint, run_meta
-from .table import ScoreTable
+from .runs import Run
 
 
 def check_template(template, paradigm: str):
     """The template loaded (None: the built-in of the paradigm's name) and checked against the paradigm."""
     return load_template(template or default_template(False, paradigm)).require(paradigm)
+
+
+class CandidateSteps(PointwiseSteps):
+    """The mode of pairwise and listwise ``rows``: batched and scored like a rubric's items (each row's prompts,
+    one per criterion and ordering), the rows of one group on one trie; the items on the rails are the rows'
+    (:attr:`~logitjudge.candidates.Row.item`)."""
+
+    def __init__(self, paradigm: str):
+        if check_paradigm(paradigm) == POINTWISE:
+            raise RunError("a pointwise run scores items: use Run")
+        self.paradigm = paradigm
+
+    def template(self, given, rubric):
+        return check_template(given, self.paradigm)  # the criterion's name and description show, its options not
+
+    def items(self, given: list[Row]) -> list:
+        """The rows (some, each id once, all of one size: a table holds one size), as items on the rails."""
+        if not given:
+            raise RunError("no candidate rows to score")
+        ids = [r.id for r in given]
+        if len(set(ids)) != len(ids):
+            raise RunError("row ids must be unique")
+        sizes = {len(r.candidates) for r in given}
+        if len(sizes) != 1:
+            raise RunError(f"rows of {sorted(sizes)} candidates: a table holds rows of one size")
+        self.rows, self.n_candidates = list(given), sizes.pop()
+        return [r.item for r in self.rows]
+
+    def n_options(self, rubric, template) -> int:
+        return self.n_candidates + bool(template.tie_label)  # the candidates, and a pairwise tie
+
+    def units(self) -> list:
+        return self.rows
+
+    def settings(self) -> dict:
+        return {"mode": self.paradigm, "rows": [[r.id, r.group, r.candidate_ids] for r in self.rows]}
+
+    def fingerprinted_items(self) -> list:
+        by_id = {c.id: c for r in self.rows for c in r.candidates}
+        return [by_id[i] for i in candidate_ids(self.rows)]
+
+    def trie_keys(self, idx: list[int]) -> list:
+        """The rows of one group in a batch run as one token trie: the instructions and the group's context once
+        for all its pairs."""
+        return [self.rows[i].group for i in idx]
+
+    def values(self) -> np.ndarray:
+        """A candidate's value is its position in the row (1..m); the tie scores 0."""
+        tie = self.run.template.tie_label
+        values = np.r_[np.arange(1, self.n_candidates + 1), [0] * bool(tie)].astype(np.float64)
+        return np.tile(values, (self.run.rubric.n_criteria, 1))
+
+    def groups(self) -> list:
+        return [r.group for r in self.rows]
+
+    def table_meta(self, elapsed: float) -> dict:
+        return {"paradigm": self.paradigm, "candidates": [r.candidate_ids for r in self.rows],
+                "tie_label": self.run.template.tie_label}
 
 
 class CandidateRun(Run):
@@ -35,47 +91,9 @@ class CandidateRun(Run):
     def __init__(self, lm, rows: list[Row], rubric, option_orders, *, paradigm: str, template=None,
                  engine: Engine | None = None, out=None, progress: bool = True, meta: dict | None = None,
                  request_plan: RequestPlan | None = None):
-        if check_paradigm(paradigm) == POINTWISE:
-            raise RunError("a pointwise run scores items: use Run")
-        if not rows:
-            raise RunError("no candidate rows to score")
-        ids = [r.id for r in rows]
-        if len(set(ids)) != len(ids):
-            raise RunError("row ids must be unique")
-        sizes = {len(r.candidates) for r in rows}
-        if len(sizes) != 1:
-            raise RunError(f"rows of {sorted(sizes)} candidates: a table holds rows of one size")
-        self.paradigm, self.rows, self.multi, self.slots = paradigm, list(rows), False, "greedy"
-        self.template = check_template(template, paradigm)
-        self.n_candidates = sizes.pop()
-        n = self.n_candidates + bool(self.template.tie_label)
-        self.option_orders = validate(option_orders, n, per_item=True, n_items=len(rows))
-        self.lm, self.rubric, self.items = lm, rubric, [r.item for r in rows]
-        self.engine = engine or NativeEngine(lm)
-        self.out, self.progress, self.meta = out, progress, dict(meta or {})
-        self.request_plan = self._request_plan(request_plan, self.rows)
-        self.criterion_orders = np.tile(np.arange(rubric.n_criteria), (self.option_orders.shape[-2], 1))
-        by_id = {c.id: c for r in rows for c in r.candidates}
-        extra = {"mode": paradigm, "rows": [[r.id, r.group, r.candidate_ids] for r in rows],
-                 "token_budget": self.engine.token_budget, "prefix_mode": self.engine.prefix_mode}
-        self.fingerprint = run_fingerprint(lm, rubric, [by_id[i] for i in candidate_ids(rows)], self.option_orders,
-                                           self.template, extra)
+        super().__init__(lm, rows, rubric, option_orders, template=template, engine=engine, out=out,
+                         progress=progress, meta=meta, request_plan=request_plan, steps=CandidateSteps(paradigm))
 
-    def trie_keys(self, idx: list[int]) -> list:
-        """The rows of one group in a batch run as one token trie: the instructions and the group's context once
-        for all its pairs."""
-        return [self.rows[i].group for i in idx]
-
-    def table(self, done: dict, elapsed: float, world_size: int = 1) -> ScoreTable:
-        """The candidate table (layout in :mod:`logitjudge.candidates`) of finished rows, in the rows' order."""
-        meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed, self.request_plan)
-        m, tie = self.n_candidates, self.template.tie_label
-        meta.update(fingerprint=self.fingerprint, world_size=world_size, paradigm=self.paradigm,
-                    candidates=[r.candidate_ids for r in self.rows], tie_label=tie)
-        meta.update(self.meta)
-        values = np.r_[np.arange(1, m + 1), [0] * bool(tie)].astype(np.float64)
-        return ScoreTable(np.stack([np.asarray(done[r.id][0]) for r in self.rows]),
-                          np.stack([np.asarray(done[r.id][1]) for r in self.rows]),
-                          self.option_orders, self.criterion_orders, np.tile(values, (self.rubric.n_criteria, 1)),
-                          [r.id for r in self.rows], [c.name for c in self.rubric.criteria],
-                          [r.group for r in self.rows], meta)
+    @property
+    def rows(self) -> list[Row]:
+        return self.steps.rows

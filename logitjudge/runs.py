@@ -1,11 +1,12 @@
 """A run: one resumable table made on one set of rails: fingerprint, checkpoint and its lock, rank sharding,
 progress, meta, table assembly and the atomic save.
 
-:class:`Run` scores: single-criterion (a step per batch of items, :func:`logitjudge.steps.score_batch`) and
-multi-criteria (a step per item, the slot algorithms of :mod:`logitjudge.steps`).
-:class:`~logitjudge.probing.run.ProbeRun` probes the judge's internals on the same rails (a step per item,
-:func:`logitjudge.probing.steps.probe_item`). The batch plan
-is fixed from this rank's whole item list in fixed windows, whatever is already done, and each batch is
+:class:`Run` is the rails; what differs between runs is its mode (:mod:`logitjudge.modes`), which forms the
+batches, computes a step and builds the table: single-criterion scores (a step per batch of items,
+:func:`logitjudge.steps.score_batch`), several criteria in one prompt (a step per item, the slot modes of
+:mod:`logitjudge.steps`), candidate rows (:class:`~logitjudge.paradigm_run.CandidateRun`) and the judge's internals
+(:class:`~logitjudge.probing.run.ProbeRun`, a step per item, :func:`logitjudge.probing.steps.probe_item`). The
+batch plan is fixed from this rank's whole item list in fixed windows, whatever is already done, and each batch is
 checkpointed as one record, so a resumed run forms exactly the batches of an uninterrupted one and its table is
 equal bit for bit. Under torchrun every rank runs its share with its own checkpoint; rank 0 writes the gathered
 table.
@@ -25,34 +26,25 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from . import distributed, provenance
-from .checkpoint import SCORES, Checkpoint, CheckpointError, scan
+from .checkpoint import Checkpoint, CheckpointError, scan
 from .engine import Engine as NativeEngine
-from .engine import EngineError, Job, NonFiniteError
+from .engine import EngineError, NonFiniteError
 from .engines.base import Engine
-from .errors import LogitJudgeError
+from .modes import Batch, GroupedSteps, RunError, Steps, score_steps  # noqa: F401  (Batch, RunError: still runs')
 from .orderings import fixed, validate
 from .progress import Interrupted, Plan, Progress
-from .prompts import chat_meta, default_template, load_template, shows_descriptions
-from .requests import RequestPlan, orders_of, token_meta
-from .slots import MultiCriteriaError, check_slots
-from .steps import (
-    SLOT_FUNCTIONS,
-    SLOT_JOBS,
-    WINDOW,
-    batch_jobs,
-    plan_batches,
-    score_batch,
-)
-from .table import ScoreTable, TableError, bad_distributions
+from .prompts import chat_meta
+from .requests import RequestPlan, token_meta
+from .table import ScoreTable, TableError
 
 log = logging.getLogger(__name__)
+
 
 def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | None = None) -> str:
     """Identifies the scores: model, rubric, template, orderings, texts and the settings in ``extra``."""
@@ -66,136 +58,41 @@ def run_fingerprint(lm, rubric, items, option_orders, template, extra: dict | No
     return h.hexdigest()[:16]
 
 
-class RunError(LogitJudgeError, ValueError):
-    """Items or settings a run cannot start with."""
-
-
-@dataclass
-class Batch:
-    """One step of a run's plan: the item indices ``idx``, the ``step`` that computes their records, the
-    ``prompts`` it runs and ``jobs``, the engine jobs it will evaluate (None: it does not go through the engine),
-    built only when a run counts its planned tokens."""
-
-    idx: list[int]
-    step: Callable[[list[int]], list]
-    prompts: int
-    jobs: Callable[[], list[Job]] | None = None
-
-
 class Run:
-    """Score ``items`` under ``rubric``: single-criterion, or with ``criterion_orders`` (aligned with the option
-    orders, K rows each) all criteria in one prompt, read slot by slot (``slots``: greedy | marginal).
+    """One resumable table: ``items`` scored (or probed) in the mode ``steps`` (:mod:`logitjudge.modes`) on the
+    rails every mode shares. Without ``steps``, a rubric run: single-criterion, or with ``criterion_orders``
+    (aligned with the option orders, K rows each) all criteria in one prompt, read slot by slot (``slots``: greedy
+    | marginal, within ``max_continuations``; :func:`logitjudge.modes.score_steps`).
 
     ``option_orders``: (K, n) shared by every item, or (I, K, n) per item. ``request_plan``: the prompts'
     :class:`~logitjudge.requests.RequestPlan` made before the run (used when it holds these settings and the
-    judge's tokenizer; else one is made here). Everything is checked here, before any prompt runs. The rails
-    (:meth:`execute`) serve every run; a subclass sets what a step computes (:meth:`batches`), how an item's
-    record is checkpointed (``codec``) and how the table is made (:meth:`table`).
+    judge's tokenizer; else one is made here). Everything is checked here, before any prompt runs.
     """
-
-    label = "scoring"  # the progress bar's
-    codec = SCORES  # an item's checkpoint record: (probs, label_mass)
-    table_class = ScoreTable
 
     def __init__(self, lm, items, rubric, option_orders=None, *, criterion_orders=None, template=None,
                  engine: Engine | None = None, out=None, slots: str = "greedy", max_continuations: int = 20000,
-                 progress: bool = True, meta: dict | None = None, request_plan: RequestPlan | None = None):
-        self.multi = criterion_orders is not None
-        self._setup(lm, items, rubric, option_orders, template or default_template(self.multi), engine, out,
-                    progress, meta)
-        self.request_plan = self._request_plan(request_plan, self.items)
-        K = self.option_orders.shape[-2]
-        extra = {"mode": "single"}
-        if self.multi:
-            self.criterion_orders = validate(criterion_orders, rubric.n_criteria)
-            if len(self.criterion_orders) != K:
-                raise MultiCriteriaError(f"{K} option orders but {len(self.criterion_orders)} criteria orders; they "
-                                         "must be aligned row by row (use orderings.cross to combine them)")
-            check_slots(slots, rubric.n_options, rubric.n_criteria, max_continuations)
-            extra = {"mode": "multi", "slots": slots, "criterion_orders": self.criterion_orders.tolist()}
-        else:
-            self.criterion_orders = np.tile(np.arange(rubric.n_criteria), (K, 1))
-        self.slots = slots
-        extra.update(token_budget=self.engine.token_budget, prefix_mode=self.engine.prefix_mode)
-        self.fingerprint = run_fingerprint(lm, rubric, self.items, self.option_orders, self.template, extra)
-
-    def _setup(self, lm, items, rubric, option_orders, template, engine, out, progress, meta) -> None:
-        """What every run checks and holds: template, rubric, unique items, option orders, the engine."""
-        self.template = load_template(template).require("pointwise")  # candidates run as a CandidateRun
-        rubric.validate(need_descriptions=shows_descriptions(self.template))
-        if not items:
-            raise RunError("no items to score")
-        ids = [it.id for it in items]
-        if len(set(ids)) != len(ids):
-            raise RunError("item ids must be unique")
-        n = rubric.n_options
+                 progress: bool = True, meta: dict | None = None, request_plan: RequestPlan | None = None,
+                 steps: Steps | None = None):
+        if steps is not None and criterion_orders is not None:  # they would be dropped without a word
+            raise RunError("criterion_orders choose a rubric run's mode: give them or steps, not both")
+        self.steps = steps or score_steps(criterion_orders, slots, max_continuations)
+        self.lm, self.rubric = lm, rubric
+        self.template = self.steps.template(template, rubric)
+        self.items = self.steps.items(items)
+        n = self.steps.n_options(rubric, self.template)
         self.option_orders = validate(fixed(n) if option_orders is None else option_orders, n, per_item=True,
-                                      n_items=len(items))
-        self.lm, self.items, self.rubric = lm, list(items), rubric
+                                      n_items=len(self.items))
         self.engine = engine or NativeEngine(lm)
         self.out, self.progress, self.meta = out, progress, dict(meta or {})
+        self.steps.attach(self, request_plan)
+        extra = dict(self.steps.settings(), token_budget=self.engine.token_budget,
+                     prefix_mode=self.engine.prefix_mode)
+        self.fingerprint = run_fingerprint(lm, rubric, self.steps.fingerprinted_items(), self.option_orders,
+                                           self.template, extra)
 
-    def _request_plan(self, given: RequestPlan | None, units: list) -> RequestPlan:
-        """``given`` when it holds this run's prompts, encoded by the judge's own tokenizer (then held to the
-        judge's context), else a plan made here."""
-        context = self.lm.max_length_on(self.engine)
-        if given is not None and given.tokenizer is self.lm.tokenizer and given.fits(units, self.rubric,
-                                                                                     self.option_orders,
-                                                                                     self.template):
-            given.max_length = context
-            return given
-        return RequestPlan(self.lm, self.template, self.rubric, units, self.option_orders, max_length=context)
-
-    def check_record(self, item_id: str, record) -> str | None:
-        """Why a checkpoint record read back does not fit this run (None: it does): an item the run does not
-        have, arrays of other shapes than (criteria, orderings, options) and (criteria, orderings), or
-        probabilities a table may not hold."""
-        if item_id not in {it.id for it in self.items}:
-            return "not an item of this run"
-        want = (self.rubric.n_criteria, self.option_orders.shape[-2], self.rubric.n_options)
-        if len(record) != 2:
-            return f"{len(record)} arrays where a score record has 2 (probs, label_mass)"
-        for name, a, shape in (("probs", record[0], want), ("label_mass", record[1], want[:2])):
-            if a.shape != shape or not np.issubdtype(a.dtype, np.number):
-                return f"{name} of shape {a.shape} ({a.dtype}) where this run's are {shape}"
-        why = next((w for bad, w in bad_distributions(record[0]) if bad.any()), None)
-        return f"probabilities that {why}" if why else None
-
-    # ---- the plan --------------------------------------------------------------------------------------------
     def batches(self, owned: list[int], done: dict, *, keep: bool = False):
-        """The :class:`Batch` es not yet done, in the plan's order: windows of the owned items, batched by length
-        within each window (single-criterion) or one item per batch (multi-criteria). ``keep``: leave the prompts
-        read in the request plan for the next pass (within its bound); else this pass is their last reader."""
-        K, C = self.option_orders.shape[-2], self.rubric.n_criteria
-        for w in range(0, len(owned), WINDOW):
-            window = owned[w:w + WINDOW]
-            if all(self.items[i].id in done for i in window):
-                continue
-            if self.multi:
-                for i in window:
-                    if self.items[i].id not in done:
-                        yield Batch([i], self._slot_step, K * C, lambda i=i: SLOT_JOBS[self.slots](
-                            self.lm, self.template, self.rubric, self.items[i], orders_of(self.option_orders, i),
-                            self.criterion_orders, max_length=self.request_plan.max_length))
-                continue
-            prompts = [self.request_plan.prompts(i, keep=keep) for i in window]
-            for batch in plan_batches(prompts, self.engine.token_budget):
-                if any(self.items[window[b]].id not in done for b in batch):
-                    ps, keys = [prompts[b] for b in batch], self.trie_keys([window[b] for b in batch])
-                    yield Batch([window[b] for b in batch],
-                                lambda idx, ps=ps, keys=keys: score_batch(self.engine, ps, self.rubric.n_criteria,
-                                                                          share=keys),
-                                sum(len(p) for p in ps), lambda ps=ps, keys=keys: batch_jobs(ps, keys))
-
-    def item_prompts(self, i: int) -> list:
-        """Item ``i``'s prompts (a candidate run: row ``i``'s), criterion-major (c * K + k), from the request
-        plan."""
-        return self.request_plan.prompts(i)
-
-    def trie_keys(self, idx: list[int]) -> list | None:
-        """Which items of a batch run as one token trie (:func:`logitjudge.steps.trie_groups`); None: each item
-        its own (the items of a rubric run share nothing but the instructions)."""
-        return None
+        """The :class:`Batch` es of ``owned`` not yet in ``done``, in the plan's order (the mode forms them)."""
+        return self.steps.batches(owned, done, keep=keep)
 
     def plan(self, owned: list[int], ckpt: Checkpoint) -> Plan:
         """What the run still has to do, counted from its batches' prompts without the model (the start line
@@ -205,25 +102,18 @@ class Run:
             batches += 1
             prompts += b.prompts
             tokens = None if tokens is None or b.jobs is None else tokens + self.engine.planned_tokens(b.jobs())
-        estimate = ("an estimate: the slots after the first follow the judge's answers"
-                    if self.multi and self.slots == "greedy" else "")
-        return Plan(self.label, len(owned), sum(self.items[i].id in ckpt.done for i in owned), prompts, batches,
-                    tokens, estimate, None if ckpt.path is None else str(ckpt.path))
-
-    def _slot_step(self, idx: list[int]) -> list[tuple]:
-        fn = SLOT_FUNCTIONS[self.slots]
-        return [fn(self.engine, self.lm, self.template, self.rubric, self.items[i], orders_of(self.option_orders, i),
-                   self.criterion_orders, max_length=self.request_plan.max_length) for i in idx]
+        return Plan(self.steps.label, len(owned), sum(self.items[i].id in ckpt.done for i in owned), prompts,
+                    batches, tokens, self.steps.estimate, None if ckpt.path is None else str(ckpt.path))
 
     # ---- the run ---------------------------------------------------------------------------------------------
-    def execute(self) -> ScoreTable:
-        """Score what is not done yet, save the table at ``out`` (if given) and return it."""
+    def execute(self):
+        """Compute what is not done yet, save the table at ``out`` (if given) and return it."""
         previous = self._finished_table()
         if previous is not None:
             return previous
         world = distributed.current(self.lm.device)
         ckpt = Checkpoint(self.out, self.fingerprint, tag=f".rank{world.rank}" if world.active else "",
-                          codec=self.codec, check=self.check_record)
+                          codec=self.steps.codec, check=self.steps.check_record)
         try:
             t0 = time.perf_counter()
             done = self.records(ckpt, world)
@@ -237,7 +127,7 @@ class Run:
         except KeyboardInterrupt:
             ckpt.close()  # the finished batches stay for a resume; the lock is released
             raise Interrupted(_saved_items(ckpt), len(world.shard(len(self.items))), ckpt.path,
-                              self.label) from None
+                              self.steps.label) from None
         except BaseException:
             ckpt.close()
             raise
@@ -252,7 +142,7 @@ class Run:
                                    "the same command again to save the table without scoring again") from None
 
     def records(self, ckpt: Checkpoint, world: distributed.World | None = None) -> dict:
-        """Score this rank's batches not yet in ``ckpt`` (each saved as one record); every rank's records."""
+        """Run this rank's batches not yet in ``ckpt`` (each saved as one record); every rank's records."""
         world = world or distributed.World()
         owned = world.shard(len(self.items))
         self._me = provenance.writer(self.lm.device, self.engine.gemm_route)
@@ -278,20 +168,17 @@ class Run:
         return world.gather(ckpt.done)
 
     def _non_finite(self, e: NonFiniteError, idx: list[int]) -> str:
-        """Non-finite logits named by item (and, single-criterion, criterion and ordering): never written."""
-        where = f"item {self.items[idx[0] if self.multi else idx[e.job]].id!r}"
-        if not self.multi:
-            c, k = divmod(e.key[0], self.option_orders.shape[-2])
-            where += f", criterion {self.rubric.criteria[c].name!r}, ordering {k}"
-        return (f"the model returned non-finite logits ({e.value}) for {where}; nothing was written for it. Check "
-                "the model's weights, or run in fp32 (--dtype fp32) if it overflows in half precision")
+        """Non-finite logits named where the mode can place them: never written."""
+        return (f"the model returned non-finite logits ({e.value}) for {self.steps.where(e, idx)}; nothing was "
+                "written for it. Check the model's weights, or run in fp32 (--dtype fp32) if it overflows in half "
+                "precision")
 
     def _finished_table(self):
         """The table already at ``out`` when it holds these settings (a rerun reuses it)."""
         if self.out is None or not Path(self.out).exists():
             return None
         try:
-            old = self.table_class.load(self.out)
+            old = self.steps.table_class.load(self.out)
         except TableError:
             old = None
         if old is not None and old.meta.get("fingerprint") == self.fingerprint:
@@ -300,30 +187,22 @@ class Run:
         log.warning("%s holds a table of other settings (or no readable table); this run replaces it", self.out)
         return None
 
-    def table(self, done: dict, elapsed: float, world_size: int = 1) -> ScoreTable:
-        """The ScoreTable of finished records ``{item_id: (probs, label_mass)}``, in the items' order."""
-        items, rubric = self.items, self.rubric
-        meta = run_meta(self.lm, rubric, self.template, self.engine, elapsed, self.request_plan)
+    def table(self, done: dict, elapsed: float, world_size: int = 1):
+        """The table of finished records ``{item_id: record}``, in the items' order: the meta every table opens
+        with (the judge, its tokens, the engine, the fingerprint), the mode's own keys, then the caller's."""
+        meta = run_meta(self.lm, self.rubric, self.template, self.engine, elapsed, self.steps.token_plan())
         meta.update(fingerprint=self.fingerprint, world_size=world_size)
-        if self.multi:
-            meta.update(multi_criteria=True, slots=self.slots)
+        meta.update(self.steps.table_meta(elapsed))
         meta.update(self.meta)
-        return ScoreTable(np.stack([np.asarray(done[it.id][0]) for it in items]),
-                          np.stack([np.asarray(done[it.id][1]) for it in items]),
-                          self.option_orders, self.criterion_orders, np.array([c.values for c in rubric.criteria]),
-                          [it.id for it in items], [c.name for c in rubric.criteria],
-                          [it.group for it in items] if any(it.group for it in items) else None, meta)
+        return self.steps.table(done, meta)
 
 
 class GroupedRun(Run):
-    """A pointwise run whose items of one ``group`` (else each item alone) run as one token trie: best-of-N
-    candidates (or an RL policy's completions) answering one prompt are scored with the prompt (the items'
-    ``context``) computed once. The trie merges only identical token prefixes, so every number is the per-item
-    run's up to fp32 reassociation (a batch split); the parity test against the plain forward is in
-    ``tests/test_reward.py``."""
+    """A pointwise run whose items of one ``group`` (else each item alone) run as one token trie
+    (:class:`~logitjudge.modes.GroupedSteps`)."""
 
-    def trie_keys(self, idx: list[int]) -> list:
-        return [self.items[i].group or f"\0{self.items[i].id}" for i in idx]
+    def __init__(self, lm, items, rubric, option_orders=None, **settings):
+        super().__init__(lm, items, rubric, option_orders, steps=GroupedSteps(), **settings)
 
 
 def score(lm, items, rubric, option_orders=None, *, template=None, engine: Engine | None = None, out=None,

@@ -1,5 +1,5 @@
-"""The scoring steps a :class:`logitjudge.runs.Run` drives: one per batch of items (single-criterion) and one per
-item (several criteria in one prompt).
+"""The scoring steps a :class:`logitjudge.runs.Run` drives (through its mode, :mod:`logitjudge.modes`): one per
+batch of items (single-criterion) and one per item (several criteria in one prompt).
 
 Single-criterion: every (criterion, ordering) of an item is one prompt; an item's prompts form one token trie, and
 the items of a batch run through the engine together. Batches are formed within fixed windows of the item list,
@@ -21,6 +21,9 @@ it:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +31,7 @@ from .engine import Job, NonFiniteError, continuation_logprobs, distribution, la
 from .engines.base import Engine
 from .prompts import EncodedPrompt
 from .requests import encode, slot_request
+from .slots import SLOT_MODES
 
 WINDOW = 64  # items encoded at once: huge data sets never hold every prompt in memory
 
@@ -101,36 +105,55 @@ def shared_logprobs(engine: Engine, prompts: list[list[EncodedPrompt]], keys=Non
     return out
 
 
-def greedy_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders, *,
-                max_length: int | str = "judge"):
-    """(probs[C, K, n], mass[C, K]) of one item, earlier slots holding their most probable label. ``max_length``:
-    the longest prompt and label the engine takes (default: the judge's context)."""
-    K, C, n = len(option_orders), rubric.n_criteria, rubric.n_options
+@dataclass(frozen=True, eq=False)  # holds arrays: compared and hashed by identity
+class SlotItem:
+    """One item of a several-criteria run and what its slots are read with: the judge (``lm``), ``template``,
+    ``rubric``, the item's own ``option_orders`` (K, n) and the run's ``criterion_orders`` (K, C), aligned row by
+    row; ``max_length``: the longest prompt and label the engine takes (default: the judge's context)."""
+
+    lm: Any
+    template: Any
+    rubric: Any
+    item: Any
+    option_orders: np.ndarray
+    criterion_orders: np.ndarray
+    max_length: int | str = "judge"
+
+    def encode(self, answers, k: int) -> EncodedPrompt:
+        """Ordering ``k``'s prompt for the slot after ``answers`` (the labels written so far)."""
+        req = slot_request(self.item, self.option_orders[k], self.criterion_orders[k], answers, k)
+        return encode(self.lm, self.template, self.rubric, req, max_length=self.max_length)
+
+    def criterion(self, k: int, j: int):
+        """The criterion ordering ``k`` shows in slot ``j``."""
+        return self.rubric.criteria[self.criterion_orders[k][j]]
+
+
+def greedy_item(engine: Engine, ctx: SlotItem):
+    """(probs[C, K, n], mass[C, K]) of one item, earlier slots holding their most probable label."""
+    K, C, n = len(ctx.option_orders), ctx.rubric.n_criteria, ctx.rubric.n_options
     probs, mass = np.zeros((C, K, n)), np.zeros((C, K))
     answers: list[list[str]] = [[] for _ in range(K)]
     cached: list = [None] * K  # (token ids, PrefixKV) of each ordering's context so far
     for j in range(C):
-        eps, jobs = greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached,
-                                max_length=max_length)
+        eps, jobs = greedy_slot(ctx, answers, cached)
         results = engine.evaluate(jobs)
         if j == 0:  # one trie over all orderings
             results = [results[0]] * K
         for k, ep in enumerate(eps):
-            c = criterion_orders[k][j]
+            c = ctx.criterion_orders[k][j]
             p, m_ = distribution(continuation_logprobs(results[k].logprobs, ep, k))
             probs[c, k], mass[c, k] = p, m_
-            answers[k].append(rubric.criteria[c].options[int(np.argmax(p))].label)
+            answers[k].append(ctx.rubric.criteria[c].options[int(np.argmax(p))].label)
             cached[k] = (list(ep.prompt_ids), results[k].caches[("ctx", k)])
     return probs, mass
 
 
-def greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached, *,
-                max_length: int | str = "judge"):
+def greedy_slot(ctx: SlotItem, answers, cached):
     """The next slot of every ordering: its encoded prompts and the engine jobs that read its labels.
     ``answers[k]``: the labels written so far in ordering k; ``cached[k]``: (token ids, PrefixKV or None) of its
     context so far (None at slot 0, where one trie holds every ordering: the text is shared by all of them)."""
-    reqs = [slot_request(item, option_orders[k], criterion_orders[k], answers[k], k) for k in range(len(answers))]
-    eps = [encode(lm, template, rubric, req, max_length=max_length) for req in reqs]
+    eps = [ctx.encode(answers[k], k) for k in range(len(answers))]
     if not answers[0]:
         seqs, reads, ends = [], [], []
         for k, ep in enumerate(eps):
@@ -150,20 +173,18 @@ def greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, ans
     return eps, jobs
 
 
-def greedy_jobs(lm, template, rubric, item, option_orders, criterion_orders, *,
-                max_length: int | str = "judge") -> list[Job]:
+def greedy_jobs(ctx: SlotItem) -> list[Job]:
     """Every slot's jobs of one item as if the judge answered each criterion's first label: the token count a
     run plans with (an estimate: the real answers, and so the later slots' prompts, come from the judge)."""
-    K = len(option_orders)
+    K = len(ctx.option_orders)
     answers: list[list[str]] = [[] for _ in range(K)]
     cached: list = [None] * K
     out = []
-    for j in range(rubric.n_criteria):
-        eps, jobs = greedy_slot(lm, template, rubric, item, option_orders, criterion_orders, answers, cached,
-                                max_length=max_length)
+    for j in range(ctx.rubric.n_criteria):
+        eps, jobs = greedy_slot(ctx, answers, cached)
         out += jobs
         for k, ep in enumerate(eps):
-            answers[k].append(rubric.criteria[criterion_orders[k][j]].options[0].label)
+            answers[k].append(ctx.criterion(k, j).options[0].label)
             cached[k] = (list(ep.prompt_ids), None)
     return out
 
@@ -177,17 +198,16 @@ def _common_prefix(a, b, *, limit: int) -> int:
     return m
 
 
-def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, criterion_orders, *,
-                  max_length: int | str = "judge"):
+def marginal_item(engine: Engine, ctx: SlotItem):
     """(probs[C, K, n], mass[C, K]) of one item, each slot's exact marginal over the earlier answers."""
-    K, C, n = len(option_orders), rubric.n_criteria, rubric.n_options
-    job, eps = marginal_job(lm, template, rubric, item, option_orders, criterion_orders, max_length=max_length)
+    K, C, n = len(ctx.option_orders), ctx.rubric.n_criteria, ctx.rubric.n_options
+    job, eps = marginal_job(ctx)
     lps = engine.evaluate([job])[0].logprobs
     probs, mass = np.zeros((C, K, n)), np.zeros((C, K))
     for k in range(K):
         weight = {(): 1.0}  # P(path) under the renormalised slot distributions
         for j in range(C):
-            c = criterion_orders[k][j]
+            c = ctx.criterion_orders[k][j]
             nxt = {}
             for path, w in weight.items():
                 p, m_ = distribution(continuation_logprobs(lps, eps[(k, path)], (k, path)))
@@ -199,18 +219,15 @@ def marginal_item(engine: Engine, lm, template, rubric, item, option_orders, cri
     return probs, mass
 
 
-def marginal_job(lm, template, rubric, item, option_orders, criterion_orders, *,
-                 max_length: int | str = "judge") -> tuple[Job, dict]:
+def marginal_job(ctx: SlotItem) -> tuple[Job, dict]:
     """The one job of an item in marginal mode (every slot context of every answer path, one trie) and its
     encoded prompts by (ordering, path)."""
-    n = rubric.n_options
+    n = ctx.rubric.n_options
     seqs, reads, eps = [], [], {}
-    for k in range(len(option_orders)):
-        for j in range(rubric.n_criteria):
+    for k in range(len(ctx.option_orders)):
+        for j in range(ctx.rubric.n_criteria):
             for path in itertools.product(range(n), repeat=j):
-                labels = [rubric.criteria[criterion_orders[k][i]].options[a].label for i, a in enumerate(path)]
-                req = slot_request(item, option_orders[k], criterion_orders[k], labels, k)
-                ep = encode(lm, template, rubric, req, max_length=max_length)
+                ep = ctx.encode([ctx.criterion(k, i).options[a].label for i, a in enumerate(path)], k)
                 eps[(k, path)] = ep
                 s, r = label_reads(ep, (k, path))
                 seqs += s
@@ -218,6 +235,25 @@ def marginal_job(lm, template, rubric, item, option_orders, criterion_orders, *,
     return Job(seqs, reads), eps
 
 
-SLOT_FUNCTIONS = {"greedy": greedy_item, "marginal": marginal_item}
-# the jobs a run counts its planned tokens from (marginal: exact; greedy: an estimate, the answers decide)
-SLOT_JOBS = {"greedy": greedy_jobs, "marginal": lambda *a, **kw: [marginal_job(*a, **kw)[0]]}
+def marginal_jobs(ctx: SlotItem) -> list[Job]:
+    """The jobs marginal mode runs for one item (its one job): the exact count a run plans with."""
+    return [marginal_job(ctx)[0]]
+
+
+@dataclass(frozen=True)
+class SlotMode:
+    """A slot mode's steps: ``score`` (engine, item) -> (probs, mass), ``jobs`` (item) -> the engine jobs a run
+    counts its planned tokens from, and ``estimate``: why that count is only an estimate ("" when exact)."""
+
+    score: Callable[[Engine, SlotItem], tuple]
+    jobs: Callable[[SlotItem], list[Job]]
+    estimate: str = ""
+
+
+# by the names slots.SLOT_MODES checks before any model loads
+SLOT_STEPS = {
+    "greedy": SlotMode(greedy_item, greedy_jobs,
+                       estimate="an estimate: the slots after the first follow the judge's answers"),
+    "marginal": SlotMode(marginal_item, marginal_jobs),
+}
+assert tuple(SLOT_STEPS) == SLOT_MODES

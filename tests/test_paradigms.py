@@ -17,6 +17,7 @@ from conftest import fresh_tiny_lm, shared_data_dir
 
 from logitjudge.analysis import analyze, format_markdown
 from logitjudge.candidates import plan
+from logitjudge.checkpoint import Checkpoint
 from logitjudge.cli import main
 from logitjudge.design import prepare
 from logitjudge.engine import Engine, plain_prompt_logprobs
@@ -150,6 +151,26 @@ def test_the_rows_of_a_group_share_one_trie_and_the_same_numbers(lm):
     for p, lp in enumerate(plain):
         q = np.exp(lp - lp.max())
         assert np.abs(q / q.sum() - got[p]).max() < PROB_ATOL
+
+
+@pytest.mark.parametrize("paradigm", ["pairwise", "listwise"])
+def test_a_resumed_candidate_run_keeps_its_checkpointed_rows(lm, tmp_path, paradigm):
+    """A row's record holds the row's options (its candidates, plus a pairwise tie), not the rubric's: the
+    checkpoint keeps it on resume, and the resumed table equals an uninterrupted one bit for bit."""
+    rub, out = builtin_rubric("default"), tmp_path / "t.npz"
+    rows, orders = plan(items(2, 3), paradigm)
+    full = CandidateRun(lm, rows, rub, orders, paradigm=paradigm, progress=False).execute()
+    first = CandidateRun(lm, rows, rub, orders, paradigm=paradigm, out=out, progress=False)
+    ckpt = Checkpoint(out, first.fingerprint, check=first.steps.check_record)
+    batch = next(first.batches(list(range(len(rows))), {}))
+    ckpt.add_batch({first.items[i].id: rec for i, rec in zip(batch.idx, batch.step(batch.idx))})
+    ckpt.close()  # interrupted after its first batch
+    resumed = CandidateRun(lm, rows, rub, orders, paradigm=paradigm, out=out, progress=False)
+    again = Checkpoint(out, resumed.fingerprint, check=resumed.steps.check_record)
+    assert set(again.done) == {rows[i].id for i in batch.idx}
+    again.close()
+    table = resumed.execute()
+    assert np.array_equal(table.probs, full.probs) and np.array_equal(table.label_mass, full.label_mass)
 
 
 # ---- planted judges through the engine-produced tables ------------------------------------------------------
