@@ -17,7 +17,7 @@ from .engines import check_model
 from .errors import LogitJudgeError
 from .items import Item
 from .outputs import OutputError, check_outputs, spec_inputs, spec_outputs
-from .probing.run import probe_settings
+from .probing.settings import probe_settings
 from .prompts import PromptError, Template, choose_template
 from .rubric import Rubric
 from .selection import make_selection

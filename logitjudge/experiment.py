@@ -18,7 +18,8 @@ from pathlib import Path
 from .design import prepare
 from .items import Item
 from .preflight import preflight
-from .probing.run import probe_experiment, probe_settings
+from .probing.run import probe_experiment
+from .probing.settings import probe_settings
 from .prompts import Template
 from .report.experiment import write_experiment_report
 from .requests import RequestPlan

@@ -23,7 +23,7 @@ from .checkpoint import SCORES
 from .engine import Job, NonFiniteError
 from .errors import LogitJudgeError
 from .orderings import validate
-from .prompts import default_template, load_template, shows_descriptions
+from .prompts import default_template, load_template
 from .requests import RequestPlan, orders_of
 from .slots import MultiCriteriaError, check_slots
 from .steps import SLOT_STEPS, WINDOW, SlotItem, batch_jobs, plan_batches, score_batch
@@ -60,7 +60,7 @@ class Steps:
     def template(self, given, rubric):
         """The run's template, loaded and checked (a rubric run's prompts show the rubric: check it against them)."""
         template = load_template(given or default_template(False)).require("pointwise")
-        rubric.validate(need_descriptions=shows_descriptions(template))
+        rubric.validate(need_descriptions=template.shows_descriptions)
         return template
 
     def items(self, given: list) -> list:

@@ -215,11 +215,6 @@ def choose_template(prompts, path: str | None = None, *, given: Template | None 
     return template if prompts.chat is None else replace(template, chat=prompts.chat)
 
 
-def shows_descriptions(template: Template) -> bool:
-    """:attr:`Template.shows_descriptions`."""
-    return template.shows_descriptions
-
-
 def uses_chat(template: Template, tokenizer) -> bool:
     """Whether the prompts go through the judge's chat template: ``chat = true`` / ``false`` as set; ``"auto"``
     where the tokenizer has a chat template (an instruct judge), else plain (a base model such as

@@ -325,7 +325,7 @@ def test_probe_section_probes_the_scored_items(root):
     ({"probes": ["patch"], "sites": ["ffn"]}, ["[probe]", "unknown patch sites"]),
 ])
 def test_bad_probe_section_is_refused_before_the_model(root, probe, words):
-    from logitjudge.probing.run import probe_settings
+    from logitjudge.probing.settings import probe_settings
 
     spec = {"name": "bad", "out": str(root / "bad"), "_base": str(root),
             "data": {"texts": "texts.jsonl", "rubric": "rubric.toml"}, "probe": probe}

@@ -126,7 +126,7 @@ def _rubric(value):
 def _settings(req: JudgeRequest, limits: Limits) -> dict:
     """lj.score's keywords of a request, each checked here with the field it came from."""
     from ..orderings import parse
-    from ..prompts import builtin_names, load_template, shows_descriptions
+    from ..prompts import builtin_names, load_template
 
     rubric = _rubric(req.rubric)
     if req.criteria:
@@ -138,7 +138,7 @@ def _settings(req: JudgeRequest, limits: Limits) -> dict:
         raise ApiError(422, "template", f"template {req.template!r} is not a built-in template; use one of "
                                         f"{builtin_names()}")
     try:  # the rubric against the template that shows it, as the run checks it
-        rubric.validate(need_descriptions=shows_descriptions(load_template(req.template)))
+        rubric.validate(need_descriptions=load_template(req.template).shows_descriptions)
     except LogitJudgeError as e:
         raise ApiError(422, "rubric", f"rubric: {e}") from None
     if len(req.items) > limits.max_items:
