@@ -277,28 +277,27 @@ def check_resumable(table: Path) -> None:
     check_unlocked(table)
 
 
-
 # ---- a spec's outputs and inputs ---------------------------------------------------------------------
 def spec_outputs(spec, table_path: Path | None, probe_path: Path | None, probing: bool) -> list:
     """Every path the spec's command writes (:mod:`logitjudge.outputs`): ``score`` its table, ``probe`` its probe
     table and page folder, ``run`` its report folder; and the prompt dump."""
 
-    def side(p: Path) -> dict:  # the run's checkpoint and lock beside a table, which it resumes
-        return {"side": (Path(f"{p}.partial.jsonl"), Path(f"{p}.lock")), "resumes": (p,)}
+    def table(p: Path, **kw) -> Output:  # a table and the run's checkpoint and lock beside it, which it resumes
+        return Output(p, out, side=(Path(f"{p}.partial.jsonl"), Path(f"{p}.lock")), resumes=(p,), **kw)
 
     out = spec.where("", "out")
     if table_path is None:  # nothing written but the prompt dump
         outs = []
     elif not spec.from_flags:
-        tables = (table_path, probe_path) if probing else (table_path,)
+        tables = [table(p) for p in ((table_path, probe_path) if probing else (table_path,))]
         outs = [Output(Path(spec.out), out, files=report_folder(probe=probing),
-                       side=sum((side(t)["side"] for t in tables), ()), resumes=tables)]
+                       side=sum((t.side for t in tables), ()), resumes=sum((t.resumes for t in tables), ()))]
     elif probing:
-        outs = [Output(probe_path, out, kind="probe-table", **side(probe_path))]
+        outs = [table(probe_path, kind="probe-table")]
         if spec.probe.report:
             outs.append(Output(Path(spec.probe.report), spec.where("probe", "report"), files=probe_folder()))
     else:
-        outs = [Output(table_path, out, kind="table", **side(table_path))]
+        outs = [table(table_path, kind="table")]
     if spec.dump_prompts:
         outs.append(Output(Path(spec.dump_prompts), spec.where("", "dump_prompts"), kind="prompt-dump"))
     return outs

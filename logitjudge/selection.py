@@ -1,10 +1,10 @@
 """What a spec selects, before any model loads: its items and rubric, and the orders they are scored in.
 
-:func:`make_selection` runs them and checks the result. :func:`load_items` resolves ``[data]`` (a data set or a texts
-file, subsets, criteria); :func:`plan_orders`
-resolves ``[prompts]``/``[orderings]`` into the option orders (and, with several criteria in one prompt, the
-aligned criterion orders) or, for pairwise/listwise prompts, the candidate rows and their orders. Every problem
-is a :class:`logitjudge.spec.SpecError` naming the spec key or flag it comes from.
+:func:`make_selection` runs the two and checks the result. :func:`load_items` resolves ``[data]`` (a data set or a
+texts file, subsets, criteria); :func:`plan_orders` resolves ``[prompts]``/``[orderings]`` into the option orders
+(and, with several criteria in one prompt, the aligned criterion orders) or, for pairwise/listwise prompts, the
+candidate rows and their orders. Every problem is a :class:`logitjudge.spec.SpecError` naming the spec key or flag
+it comes from.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Selection:
 
 
 def make_selection(spec: Spec, paths: Paths, template, data_dir, *, items: list[Item] | None = None,
-           rubric: Rubric | None = None, orders=None) -> Selection:
+                   rubric: Rubric | None = None, orders=None) -> Selection:
     """The spec's :class:`Selection` (:func:`load_items`, :func:`plan_orders`), checked: the rubric against the
     template (descriptions it shows, 2+ criteria for several in one prompt), the table the orders make against
     memory, and the slot mode. ``orders``: the Python API's option-order array, in place of the spec's design."""
