@@ -7,7 +7,8 @@ changed one is. The header is read with the ``gguf`` package before anything els
 is truncated, or has an architecture transformers cannot load is refused in one line before any conversion.
 The conversion writes a temporary folder beside the target and renames it into place, so an interrupted or
 failed conversion leaves no half folder (the next run converts again); a cache that cannot be written (read
-only, full) is refused in one line naming the folder and the fix ($LOGITJUDGE_CACHE).
+only, full) is refused in one line naming the folder and the fix ($LOGITJUDGE_CACHE). A tokenizer that does not
+encode the GGUF's own word pieces to their ids (transformers 5.17 on Gemma-3) is refused before the weights load.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import logging
 import mmap
 import os
+import re
 import shutil
 import struct
 import sys
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import LogitJudgeError
-from .tokens import RECORD, observed, read_record
+from .tokens import RECORD, check_pieces, observed, read_record, sample_words
 
 log = logging.getLogger("logitjudge.gguf")
 
@@ -39,8 +41,10 @@ RENAMED = {"qwen2moe": "qwen2_moe", "gpt-oss": "gpt_oss", "qwen3moe": "qwen3_moe
 NOT_CAUSAL = {"general", "tokenizer", "t5", "umt5", "t5encoder"}
 FIX = "set LOGITJUDGE_CACHE to a writable folder with room for it"
 # logitjudge's conversion, recorded in each converted folder: 2 keeps the GGUF's BOS/EOS flags and records the
-# token ids it gives (folders made by 1, without a record, lost Gemma-3's <bos> under some transformers versions)
-CONVERTER = 2
+# token ids it gives (folders made by 1, without a record, lost Gemma-3's <bos> under some transformers versions);
+# 3 checks the tokenizer against the GGUF's own vocabulary and records the pieces checked (a folder made by 2 under
+# transformers 5.17 holds a tokenizer that splits Gemma-3's words into characters, under every transformers)
+CONVERTER = 3
 # texts whose token ids a converted folder records: BOS/EOS, spaces, digits, brackets, newlines, non-ASCII
 PROBES = ("Hello world", " 5", "1. Worst\n2. Poor\n\nScore: [[3]]", "Qualität: élevée, 品質 — ok?")
 
@@ -173,6 +177,54 @@ def token_flags(fields: dict) -> dict:
 
     return {"add_bos": get("add_bos_token", bool), "add_eos": get("add_eos_token", bool),
             "bos_id": get("bos_token_id", int), "eos_id": get("eos_token_id", int)}
+
+
+# Ordinary word pieces of a GGUF vocabulary: ASCII letters (the same bytes in a sentencepiece and a byte-level
+# vocabulary), after an optional space marker (sentencepiece's U+2581, byte-level BPE's U+0120)
+_WORD = re.compile(rb"(?:\xe2\x96\x81|\xc4\xa0)?[A-Za-z]{2,16}")
+NORMAL = 1  # llama.cpp's token type of an ordinary piece (not control, byte, unused or user-defined)
+
+
+def read_vocabulary(path: str | Path) -> dict:
+    """The GGUF's own tokenizer as the file holds it: ``model`` (``tokenizer.ggml.model``: llama, gpt2, ...) and
+    ``words``: (piece, id) of every ordinary word piece (:data:`_WORD`, typed normal): the ground truth a
+    converted tokenizer is checked against (:func:`logitjudge.tokens.check_pieces`). ~0.3 s for Gemma-3's 262k
+    pieces, once per conversion."""
+    with Path(path).open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        c = _Cursor(buf)
+        c.pos = 4
+        _, _, n_kv = c.take("<I"), c.take("<Q"), c.take("<Q")
+        fields, words, types = {}, [], None
+        for _ in range(n_kv):
+            key, vtype = c.string(), c.take("<I")
+            if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type") and vtype == ARRAY:
+                etype, n = c.take("<I"), c.take("<Q")
+                if key.endswith("tokens") and etype == STRING:
+                    words = _words(c, n)
+                    continue
+                if etype in (4, 5) and c.pos + 4 * n <= len(buf):  # (u)int32, as llama.cpp writes token_type
+                    types = np.frombuffer(buf, "<i4", n, c.pos).copy()
+                c.pos -= 12  # let value() skip the array
+            fields[key] = c.value(vtype, True)
+    if types is not None:
+        words = [(w, i) for w, i in words if i < len(types) and types[i] == NORMAL]
+    model = fields.get("tokenizer.ggml.model")
+    return {"model": model if isinstance(model, str) else None, "words": words}
+
+
+def _words(c: _Cursor, n: int) -> list[tuple[str, int]]:
+    """The (piece, id) of the ordinary word pieces of a string array of ``n`` pieces at the cursor."""
+    buf, pos, out = c.buf, c.pos, []
+    for i in range(n):
+        (size,) = struct.unpack_from("<Q", buf, pos)
+        pos += 8
+        if pos + size > len(buf):
+            raise ValueError(f"a string runs past the end of the file (byte {len(buf):,})")
+        if size <= 18 and _WORD.fullmatch(buf, pos, pos + size):
+            out.append((bytes(buf[pos:pos + size]).decode("utf-8"), i))
+        pos += size
+    c.pos = pos
+    return out
 
 
 def supported_architectures() -> list[str]:
@@ -349,12 +401,19 @@ def _write(header: Header, folder: Path, source_note: str) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = header.path
+    unloadable = (ValueError, KeyError, RuntimeError, NotImplementedError)
     try:
         tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+    except unloadable as e:
+        raise _unloadable(header, e) from None
+    words = sample_words(read_vocabulary(src))
+    if not words:
+        log.warning("%s: its vocabulary holds no ASCII word pieces to check the tokenizer against", src.name)
+    check_pieces(tok, words, what=src.name)  # before the weights are de-quantised (~45 s): refused early
+    try:
         model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32)
-    except (ValueError, KeyError, RuntimeError, NotImplementedError) as e:
-        raise GGUFError(f"transformers could not load {src.name} ({header.architecture}): "
-                        f"{str(e).splitlines()[0][:200]}") from None
+    except unloadable as e:
+        raise _unloadable(header, e) from None
     if header.chat_template and not getattr(tok, "chat_template", None):
         tok.chat_template = header.chat_template
     _keep_token_flags(tok, header)
@@ -365,7 +424,12 @@ def _write(header: Header, folder: Path, source_note: str) -> None:
     model.config.logitjudge_source = source_note
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    _record_conversion(folder, header, source_note)
+    _record_conversion(folder, header, source_note, words)
+
+
+def _unloadable(header: Header, e: Exception) -> GGUFError:
+    return GGUFError(f"transformers could not load {header.path.name} ({header.architecture}): "
+                     f"{str(e).splitlines()[0][:200]}")
 
 
 def _keep_token_flags(tok, header: Header) -> None:
@@ -380,9 +444,10 @@ def _keep_token_flags(tok, header: Header) -> None:
             setattr(tok, f"add_{key}_token", want)
 
 
-def _record_conversion(folder: Path, header: Header, source_note: str) -> None:
-    """Check the saved tokenizer against the GGUF's flags and write the conversion record (:data:`RECORD`): the
-    converter, the transformers that made it, the flags and the probe texts' token ids. ``add_bos_token`` /
+def _record_conversion(folder: Path, header: Header, source_note: str, words: list) -> None:
+    """Check the saved tokenizer against the GGUF's flags and its vocabulary's ``words`` (as read back: a save
+    can lose merges) and write the conversion record (:data:`RECORD`): the converter, the transformers that made
+    it, the flags, the probe texts' token ids and the words, which every load checks again. ``add_bos_token`` /
     ``add_eos_token`` go into tokenizer_config.json explicitly, so that every transformers rebuilds the same
     post-processor from them. A folder whose tokenizer still breaks the flags is refused, not cached."""
     import transformers
@@ -395,6 +460,7 @@ def _record_conversion(folder: Path, header: Header, source_note: str) -> None:
             cfg[f"add_{key}_token"] = flags[f"add_{key}"]
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tok = _load_tokenizer(folder)
+    check_pieces(tok, words, what=header.path.name)
     seen = dict(zip(("add_bos", "add_eos"), observed(tok)))
     for key, was in seen.items():
         if flags.get(key) is None:
@@ -407,7 +473,7 @@ def _record_conversion(folder: Path, header: Header, source_note: str) -> None:
         if flags.get(f"{key}_id") is None:
             flags[f"{key}_id"] = getattr(tok, f"{key}_token_id")
     _write_record(folder, {"converter": CONVERTER, "transformers": transformers.__version__, "source": source_note,
-                           "tokens": flags, "probes": list(PROBES), "probe_ids": probe_ids(tok),
+                           "tokens": flags, "probes": list(PROBES), "probe_ids": probe_ids(tok), "words": words,
                            "verified_under": [transformers.__version__]})
 
 

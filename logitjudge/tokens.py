@@ -154,3 +154,57 @@ def first_tokens(ids: list, offsets: list, conv: Convention, *, where: str = "pr
                                    f"{conv.judge} expects no BOS token ({conv.source}); remove it from the prompt "
                                    "template or the chat template")
     return ids, offsets, "; ".join(mends)
+
+
+# The vocabulary check: a tokenizer converted from a GGUF must encode the file's own word pieces to the file's ids.
+# transformers 5.17 converts Gemma-3's GGUF tokenizer wrongly ("Hello world" in 4 tokens, 11 once saved and read
+# back: its merges lost) yet decodes every text back exactly, so a round trip cannot see it; a piece's id can.
+LOCKED_TRANSFORMERS = "5.19.0"  # requirements/lock.txt's (tests/test_gguf_tokenizer_check.py holds them equal)
+MARKERS = {"llama": "\u2581", "gpt2": "\u0120"}  # the space marker of a sentencepiece / byte-level BPE vocabulary
+SAMPLE = 128  # pieces checked: a per-character or merge-less tokenizer splits every one of them, 5.17's Gemma 91%
+# split pieces let pass: a vocabulary may hold pieces its own merges never produce (Gemma-3's ' YYYY', ' yyyy',
+# ' diffformul': 3 of its 139k word pieces, under the right tokenizer too); Qwen2.5's 68k word pieces hold none
+TOLERATED = 2
+
+
+class TokenizerError(LogitJudgeError, RuntimeError):
+    """A tokenizer that does not encode its judge's own vocabulary to its ids: its scores would be wrong."""
+
+
+def sample_words(vocab: dict, n: int = SAMPLE) -> list[list]:
+    """[text, id] of up to ``n`` word pieces of ``vocab`` (:func:`logitjudge.gguf.read_vocabulary`), spread evenly
+    over the ids: the pieces that start a word (its model's space marker, written as a space), or, in a
+    vocabulary of no known marker, its bare pieces. A piece inside a word is left out: a tokenizer that puts a
+    space before a text (Llama's, Phi-3's) cannot give it at a text's start, rightly."""
+    marker = MARKERS.get(vocab.get("model"))
+    if marker:
+        out = [[" " + piece[1:], i] for piece, i in vocab["words"] if piece.startswith(marker)]
+    else:
+        out = [[piece, i] for piece, i in vocab["words"] if piece[0] not in "\u2581\u0120"]
+    return out[::max(1, len(out) // n)][:n]
+
+
+def check_pieces(tokenizer, words: list, *, what: str) -> None:
+    """Refuse (:class:`TokenizerError`, one line) a tokenizer that does not encode each [text, id] of ``words``
+    to exactly that one id (:data:`TOLERATED` excepted): what is wrong, an example, the transformers version and
+    the fix. A text " word" passes as " word" or as "word": whether a tokenizer puts a space before a text is a
+    convention (transformers picks it by architecture), not the word's segmentation."""
+    if not words:
+        return
+    texts = [t for t, _ in words]
+    encoded = tokenizer(texts + [t[1:] if t.startswith(" ") else t for t in texts],
+                        add_special_tokens=False)["input_ids"]
+    n = len(words)
+    bad = [(t, i, list(encoded[k])) for k, (t, i) in enumerate(words)
+           if [i] not in (list(encoded[k]), list(encoded[n + k]))]
+    if len(bad) <= TOLERATED:
+        return
+    import transformers
+
+    text, i, ids = bad[0]
+    pieces = tokenizer.convert_ids_to_tokens(ids[:8])
+    fix = f'pip install "transformers>={LOCKED_TRANSFORMERS.rsplit(".", 1)[0]}"'
+    raise TokenizerError(
+        f"{what}: transformers {transformers.__version__} tokenizes it wrongly ({len(bad)} of {len(words)} of its "
+        f"own single-token words split, e.g. {text!r} (id {i}) into {len(ids)} tokens {pieces}); its scores would "
+        f"be wrong. Install a transformers that reads it right: {fix} (logitjudge's lock pins {LOCKED_TRANSFORMERS})")
