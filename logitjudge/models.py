@@ -19,6 +19,7 @@ from .gguf import GGUFError, cache_dir, gguf_checkpoint
 from .judges import BUILTINS, builtin_checkpoint
 from .model_ref import ModelError, check_available, classify
 from .ollama import ollama_checkpoint
+from .tokens import check_pieces, read_record
 
 BUILTIN_ALIASES = {alias: b.origin for alias, b in BUILTINS.items()}  # the --model names of the built-ins
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -236,11 +237,13 @@ def set_threads(n: int | None = None) -> int:
 _LAST_TOKENIZER: dict = {}  # {key: tokenizer}, the one read last
 
 
-def _tokenizer(source: str, revision: str | None):
+def _tokenizer(source: str, revision: str | None, model_id: str = ""):
     """``AutoTokenizer.from_pretrained(source)``, read once per process for the same files: the pre-load checks
     (:func:`load_tokenizer`) and :func:`load_model` then share one read (a 262k-token tokenizer.json takes ~4.5 s
     to parse). Keyed by the source, the revision and, for a folder, its tokenizer files' sizes and times, so a
-    changed file is read again."""
+    changed file is read again. A folder converted from a GGUF is checked on every read against the words of the
+    GGUF's vocabulary its conversion record holds (:func:`~logitjudge.tokens.check_pieces`, a few ms): the
+    installed transformers may read a right tokenizer.json wrongly."""
     from transformers import AutoTokenizer
 
     folder = Path(source)
@@ -250,6 +253,8 @@ def _tokenizer(source: str, revision: str | None):
     key = (str(source), revision, stamp)
     if key not in _LAST_TOKENIZER:
         tok = AutoTokenizer.from_pretrained(source, **({"revision": revision} if revision else {}))
+        words = (read_record(source) or {}).get("words") if folder.is_dir() else None
+        check_pieces(tok, words or [], what=f"the tokenizer of {model_id or source!r}")
         _LAST_TOKENIZER.clear()
         _LAST_TOKENIZER[key] = tok
     return _LAST_TOKENIZER[key]
@@ -260,7 +265,7 @@ def load_tokenizer(model_id: str = "gemma-3-270m", *, revision: str | None = Non
     check_available(model_id)
     source, revision = source_and_revision(model_id, revision)
     try:
-        return _tokenizer(source, revision)
+        return _tokenizer(source, revision, model_id)
     except (OSError, ValueError) as e:
         raise ModelError(f"could not load the tokenizer of {model_id!r}: {str(e).splitlines()[0][:300]}") from None
 
@@ -338,7 +343,7 @@ def load_model(model_id: str = "gemma-3-270m", *, dtype: str = "fp32", device: s
     if device == "auto" and dev == "cuda" and not quantize:
         kwargs["device_map"] = "auto"  # accelerate places (and, if needed, splits) the model over the GPUs
     try:
-        tok = _tokenizer(source, revision)
+        tok = _tokenizer(source, revision, model_id)
         model, attn, why = _from_pretrained(source, kwargs, attn_implementation)
     except OSError as e:
         raise ModelError(f"could not load model {model_id!r}: {e}. Pass a Hugging Face model id (with network "
