@@ -38,6 +38,20 @@ def word_rubric() -> Rubric:  # multi-token labels for the tiny tokenizer ("Exce
     return Rubric((Criterion("Quality", opts, "overall quality"),), "Rate the text.")
 
 
+@pytest.fixture(autouse=True)
+def tiny_one_thread(request):
+    """The tiny-model tests run on one torch thread (conftest's ``one_thread``: two spinning OpenMP threads made
+    test_patching_matches_plain_hooks[word_rubric-native] 52 s instead of 4 s on the shared 2-core machine); the
+    real Gemma-3-270M keeps the machine's threads, which its larger GEMMs use."""
+    if "gemma_lm" in request.fixturenames:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def lm():
     return fresh_tiny_lm()  # its own model: the backends install their attention on it
