@@ -27,6 +27,7 @@ GEMMA_LOGP_ATOL = 2e-4  # 18 layers with hidden norms in the hundreds: fp32 reas
 
 WORDS = ["Very poor", "Poor", "Fair", "Good", "Excellent"]
 STORY = "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly. "
+pytestmark = pytest.mark.usefixtures("tiny_one_thread")  # the tiny model on one thread, the real Gemma on all
 
 
 def word_rubric() -> Rubric:

@@ -27,6 +27,7 @@ from logitjudge.rubric import Criterion, Rubric, ScoreOption, likert
 
 STORY = "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly. "
 WORDS = ["Very poor", "Poor", "Fair", "Good", "Excellent"]
+pytestmark = pytest.mark.usefixtures("tiny_one_thread")  # the tiny model on one thread, the real Gemma on all
 
 
 def digit_rubric() -> Rubric:
@@ -36,20 +37,6 @@ def digit_rubric() -> Rubric:
 def word_rubric() -> Rubric:  # multi-token labels for the tiny tokenizer ("Excellent")
     opts = tuple(ScoreOption(float(i + 1), w, f"the text is {w.lower()}") for i, w in enumerate(WORDS))
     return Rubric((Criterion("Quality", opts, "overall quality"),), "Rate the text.")
-
-
-@pytest.fixture(autouse=True)
-def tiny_one_thread(request):
-    """The tiny-model tests run on one torch thread (conftest's ``one_thread``: two spinning OpenMP threads made
-    test_patching_matches_plain_hooks[word_rubric-native] 52 s instead of 4 s on the shared 2-core machine); the
-    real Gemma-3-270M keeps the machine's threads, which its larger GEMMs use."""
-    if "gemma_lm" in request.fixturenames:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
