@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,18 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op threads set to ``n`` inside, restored after (for a module-scoped fixture that runs a tiny
+    model: it is set up before any function-scoped ``tiny_one_thread``)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture
 def tiny_one_thread(request):
     """``one_thread`` per test, except for a test on the real Gemma-3-270M (``gemma_lm``), which keeps the machine's
@@ -140,7 +153,5 @@ def tiny_one_thread(request):
     if "gemma_lm" in request.fixturenames:
         yield
         return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
