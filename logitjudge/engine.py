@@ -353,10 +353,18 @@ def prompt_job(prompts: list[EncodedPrompt]) -> Job:
     return Job(seqs, reads)
 
 
-def plain_prompt_logprobs(model, prompts: list[EncodedPrompt]) -> list[np.ndarray]:
+def plain_prompt_logprobs(model, prompts: list[EncodedPrompt], *, logits: str = "all") -> list[np.ndarray]:
     """Reference path: the model's own full forward per (prompt, label) sequence, no cache, its fp32 logits and a
     full-vocabulary log-softmax of them (in fp64). Options whose label is one token share the forward of the bare
-    prompt."""
+    prompt.
+
+    ``logits="all"`` computes the vocabulary logits at every position, as a plain forward does; ``"read"`` only
+    at the positions read (the last prompt token and the label tokens: ``logits_to_keep``). The numbers are the
+    same up to fp32 rounding (the unembedding's row count may change its summation order); "read" skips the
+    unembedding of every other prompt token, which on a large vocabulary costs more than the whole model
+    (Gemma-3's 262,144 entries at a few hundred tokens), so the slow tests on real judges use it."""
+    if logits not in ("all", "read"):
+        raise EngineError(f"logits={logits!r}: use 'all' or 'read'")
     out = []
     device = next(model.parameters()).device
     with torch.inference_mode():
@@ -365,10 +373,12 @@ def plain_prompt_logprobs(model, prompts: list[EncodedPrompt]) -> list[np.ndarra
             logp = {}
             n = len(ep.prompt_ids)
             for seq in seqs:
-                logits = model(input_ids=torch.tensor([seq], device=device)).logits[0]  # (T, V)
+                keep = {"logits_to_keep": len(seq) - (n - 1)} if logits == "read" else {}
+                out_logits = model(input_ids=torch.tensor([seq], device=device), **keep).logits[0]  # (T or kept, V)
                 # the model's fp32 logits, normalised in fp64 at the read positions: torch's fp32 log_softmax over
                 # Gemma-3's 262,144 entries is itself off by up to ~1e-4 (the engine's read-out is not)
-                logp[seq] = torch.log_softmax(logits[n - 1:].float().double(), dim=-1)
+                read = out_logits if logits == "read" else out_logits[n - 1:]
+                logp[seq] = torch.log_softmax(read.float().double(), dim=-1)
             out.append(np.array([sum(float(logp[tuple(ep.prompt_ids) + tuple(c[:-1])][t, c[t]])
                                      for t in range(len(c))) for c in ep.continuation_ids]))
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import CORPUS, fresh_tiny_lm, tiny_tokenizer
+from conftest import CORPUS, fresh_tiny_lm, tiny_tokenizer, torch_threads
 from planted import planted_lm
 
 from logitjudge import balanced, orderings
@@ -27,6 +27,7 @@ from logitjudge.rubric import Criterion, Rubric, ScoreOption, likert
 
 STORY = "Once upon a time a cat sat on the mat and the dog barked at the moon while the sun rose slowly. "
 WORDS = ["Very poor", "Poor", "Fair", "Good", "Excellent"]
+pytestmark = pytest.mark.usefixtures("tiny_one_thread")  # the tiny model on one thread, the real Gemma on all
 
 
 def digit_rubric() -> Rubric:
@@ -177,7 +178,15 @@ def planted_table():
     words = " ".join(CORPUS).split()
     rng = np.random.default_rng(0)
     items = [Item(str(i), " ".join(rng.choice(words, size=8 + i))) for i in range(6)]
-    return ProbeRun(lm, items, rub, balanced(5), template=tpl, progress=False).execute()
+    with torch_threads(1):  # module-scoped: set up before the test's tiny_one_thread
+        return ProbeRun(lm, items, rub, balanced(5), template=tpl, progress=False).execute()
+
+
+@pytest.fixture(scope="module")
+def planted_results(planted_table):
+    """The report's estimates at n_boot=100 (the lens, attention and patching tests read one section each of
+    the same deterministic call, computed once)."""
+    return probe_results(planted_table, n_boot=100, rng=0)
 
 
 def test_planted_shortcut_model_picks_the_first_position(planted_table):
@@ -186,22 +195,22 @@ def test_planted_shortcut_model_picks_the_first_position(planted_table):
     assert planted_table.probs.max(-1).min() > 0.9
 
 
-def test_lens_finds_the_planted_layer(planted_table):
-    res = probe_results(planted_table, n_boot=100, rng=0)["lens"]
+def test_lens_finds_the_planted_layer(planted_results):
+    res = planted_results["lens"]
     assert res.emerges_at == 1
     assert res.pvalue[0] > 0.5 and res.pvalue[1] < 1e-10
     assert res.log_odds[1, 0] > 3 and np.abs(res.log_odds[0]).max() < 1e-9
 
 
-def test_attention_finds_the_planted_head(planted_table):
-    att = probe_results(planted_table, n_boot=100, rng=0)["attention"]
+def test_attention_finds_the_planted_head(planted_results):
+    att = planted_results["attention"]
     assert np.unravel_index(att.position_index.argmax(), att.position_index.shape) == (1, 0)
     assert att.top_position_index[1, 0] == 0 and att.by_position[1, 0, 0] > 0.95
     assert att.follows_choice[1, 0] > 0.9  # the chosen option is the one shown first
 
 
-def test_patching_finds_the_planted_head(planted_table):
-    pat = probe_results(planted_table, n_boot=100, rng=0)["patch"]
+def test_patching_finds_the_planted_head(planted_results):
+    pat = planted_results["patch"]
     moved = dict(zip(pat.names, pat.to_source))
     for site in ("L1.resid", "L1.attn", "L1.head0"):
         assert moved[site] > 0.99
@@ -293,6 +302,8 @@ def test_gemma_lens_attention_and_patching_are_exact(gemma_lm):
     sites = Sites(every.layer[keep], every.kind[keep], every.head[keep])
     pairs = make_pairs(orders, "reverse")[:1]  # one order swap: the plain way is a full forward per site
     clean, patched = patch_item(b, pps, pairs, sites)
-    clean_ref, patched_ref = patch_item_plain(gemma_lm.model, pps, pairs, sites)
+    # the plain way with the vocabulary logits only where read (logits_to_keep): the same numbers as at every
+    # position (test_patching_matches_plain_hooks[native]), without the 262k-vocabulary head on every prompt token
+    clean_ref, patched_ref = patch_item_plain(gemma_lm.model, pps, pairs, sites, logits="read")
     assert np.abs(clean - clean_ref).max() < 1e-5 and np.abs(patched - patched_ref).max() < 1e-5
     assert np.abs(clean - ref).max() < 1e-5
