@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import LogitJudgeError
+from .gguf_once import one_reader
 from .tokens import RECORD, check_pieces, observed, read_record, sample_words
 
 log = logging.getLogger("logitjudge.gguf")
@@ -382,7 +383,8 @@ def convert(header: Header, target: Path, *, source_note: str, why: str = "not c
              header.name or "unnamed", header.architecture, target, why, header.fp32_bytes / 2**30)
     try:
         tmp.mkdir()
-        _write(header, tmp, source_note)
+        with one_reader():  # transformers reads the file three times: its metadata is parsed once (gguf_once)
+            _write(header, tmp, source_note)
         if target.exists():
             shutil.rmtree(target)
         tmp.replace(target)

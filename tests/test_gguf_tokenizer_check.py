@@ -160,6 +160,34 @@ def test_conversion_refuses_before_the_weights_are_dequantised(gguf_file, tok, t
         lj_gguf._write(header, tmp_path / "out", "tiny.gguf")
 
 
+def test_a_conversions_reads_of_the_gguf_share_one_parse(gguf_file, monkeypatch):
+    """Inside :func:`logitjudge.gguf_once.one_reader` transformers' reads of one GGUF (tokenizer, config, weights)
+    parse its metadata once and read the same tokenizer; gguf's own ``GGUFReader`` is back afterwards."""
+    import gguf
+    from transformers import AutoTokenizer
+
+    from logitjudge.gguf_once import one_reader
+
+    made = []
+
+    class Counting(gguf.GGUFReader):
+        def __init__(self, path, mode="r"):
+            made.append(path)
+            super().__init__(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counting)
+    load = lambda: AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)  # noqa: E731
+    alone = load()
+    per_load = len(made)  # transformers' legacy loader: one reader per read of the file
+    with one_reader():
+        shared = [load(), load()]
+        assert gguf.GGUFReader(str(gguf_file)) is gguf.GGUFReader(gguf_file)
+    assert len(made) - per_load == min(per_load, 1), (per_load, made)
+    assert all(t.get_vocab() == alone.get_vocab() and t("the cat")["input_ids"] == alone("the cat")["input_ids"]
+               for t in shared)
+    assert gguf.GGUFReader is Counting
+
+
 @pytest.fixture()
 def converted(tmp_path, tok, gguf_file):
     """A folder as a conversion leaves it: the tokenizer, stand-in weights, a record with the GGUF's words."""

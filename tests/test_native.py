@@ -214,25 +214,40 @@ def test_bf16_calibration_within_stated_bound_on_gemma(gemma_lm):
     assert 0 < err["max_abs_dp"] <= ad.TOLERANCE["bf16"]
 
 
-@pytest.mark.slow
-def test_bf16_within_stated_tolerance_of_fp32(gemma_lm, bf16_route):
-    """bf16 weights, by either GEMM route (AVX-512 BF16 GEMMs with bf16 activations, or fp32 FMAs with fp32
-    activations), read-out in fp32, against the exact fp32 path."""
+def _bf16_workload():
+    """The bf16 tolerance test's workload: two texts x 5 balanced orderings of the default rubric."""
     from logitjudge import orderings
     from logitjudge.items import Item
-    from logitjudge.models import load_model
     from logitjudge.rubric import builtin_rubric
+
+    items = [Item("a", "The cat sat on the mat. It was a quiet, sunny afternoon, and nothing happened at all."),
+             Item("b", "Our results show a 3% gain on the benchmark, although the baseline was not tuned.")]
+    return items, builtin_rubric("default"), orderings.balanced(5)
+
+
+@pytest.fixture(scope="module")
+def fp32_reference(gemma_lm):
+    """The exact fp32 path's probabilities on :func:`_bf16_workload`, scored once for both bf16 routes (the fp32
+    path is the same whichever bf16 route a parameter forces: scoring it per parameter doubled the test's time)."""
+    from logitjudge.runs import score
+
+    return score(gemma_lm, *_bf16_workload(), progress=False).probs
+
+
+@pytest.mark.slow
+def test_bf16_within_stated_tolerance_of_fp32(bf16_route, fp32_reference):
+    """bf16 weights, by either GEMM route (AVX-512 BF16 GEMMs with bf16 activations, or fp32 FMAs with fp32
+    activations), read-out in fp32, against the exact fp32 path."""
+    from logitjudge.models import load_model
     from logitjudge.runs import score
 
     lm16 = load_model("gemma-3-270m", dtype="bf16")
-    items = [Item("a", "The cat sat on the mat. It was a quiet, sunny afternoon, and nothing happened at all."),
-             Item("b", "Our results show a 3% gain on the benchmark, although the baseline was not tuned.")]
-    rub, orders = builtin_rubric("default"), orderings.balanced(5)
     eng16 = Engine(lm16)
     assert eng16.prefix_mode == "native" and next(lm16.model.parameters()).dtype == torch.bfloat16
-    p16 = score(lm16, items, rub, orders, engine=eng16, progress=False).probs
-    p32 = score(gemma_lm, items, rub, orders, progress=False).probs
-    err = np.abs(p16 - p32).max()
+    assert eng16.gemm_route == bf16_route
+    p16 = score(lm16, *_bf16_workload(), engine=eng16, progress=False).probs
+    assert p16.shape == fp32_reference.shape
+    err = np.abs(p16 - fp32_reference).max()
     assert 0 < err <= BF16_PROB_ATOL
 
 
