@@ -121,27 +121,26 @@ def build_target_fixture(library):
     return target
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads; on a shared 2-core machine two spinning OpenMP threads made
-    a module 7-10x slower (tests/test_families.py: 31 s vs 228 s for two families). A module opts in with
-    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @contextmanager
 def torch_threads(n: int):
     """torch's intra-op threads set to ``n`` inside, restored after (for a module-scoped fixture that runs a tiny
-    model: it is set up before any function-scoped ``tiny_one_thread``)."""
+    model: it is set up before any function-scoped ``tiny_one_thread``). ``one_thread`` and ``tiny_one_thread``
+    use it."""
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads; on a shared 2-core machine two spinning OpenMP threads made
+    a module 7-10x slower (tests/test_families.py: 31 s vs 228 s for two families). A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture
