@@ -8,8 +8,11 @@ Kinds:
 * ``logitjudge``: a second logitjudge scoring the demo workload on the built-in judge again and again (two users
   of the toolkit on one host), on ``threads`` threads.
 
-A busy process reports how many units of work it finished (``done``) when stopped, so a table can say how much
-the load itself got done beside each peer. A library module of the benchmarks (no ``__main__``): each busy
+A busy process reports how many units of work it finished (``done``) and the share of a core it got (``cpu_share``:
+its CPU seconds over its wall seconds since it was ready) when stopped, so a table can say how much the load itself
+got done beside each peer, and whether it kept its core: on Linux a single-threaded busy process that is alone on
+a core keeps it (0.95-1.00 measured beside every unpinned peer, ``benchmarks/busy_core.py``), so the peer gets the
+other core only. A library module of the benchmarks (no ``__main__``): each busy
 process runs :func:`serve` through ``python -c``.
 """
 
@@ -61,19 +64,33 @@ def serve(kind: str, threads: int) -> None:
     done, stop = 0, []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     print("ready", flush=True)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     while not stop:
         unit()
         done += 1
-    print(f"done {done}", flush=True)
+    share = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
+    print(f"done {done} cpu_share {share:.3f}", flush=True)
+
+
+def parse_report(out: str | None) -> tuple[int | None, float | None]:
+    """(units done, CPU share) from a busy process's last line, ``done N cpu_share S``; None where missing."""
+    words = (out or "").split()
+    try:
+        at = len(words) - 1 - words[::-1].index("done")
+        done = int(words[at + 1])
+    except (ValueError, IndexError):
+        return None, None
+    share = float(words[at + 3]) if words[at + 2:at + 3] == ["cpu_share"] and len(words) > at + 3 else None
+    return done, share
 
 
 @contextmanager
 def busy(n: int, kind: str = "matmul", threads: int = 1):
     """``n`` busy processes of ``kind`` while the block runs (none: ``n`` = 0); yields a dict that gets each
-    process's finished units (``done``) once they are stopped."""
+    process's finished units (``done``) and share of a core (``cpu_share``) once they are stopped."""
     if kind not in KINDS:
         raise ValueError(f"unknown load kind {kind!r}; use one of {KINDS}")
-    report: dict = {"processes": n, "kind": kind, "threads": threads, "done": []}
+    report: dict = {"processes": n, "kind": kind, "threads": threads, "done": [], "cpu_share": []}
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.pathsep.join(
         [str(ROOT), str(ROOT / "kernels"), os.environ.get("PYTHONPATH", "")]))
     code = f"from benchmarks.load import serve; serve({kind!r}, {int(threads)})"
@@ -95,5 +112,7 @@ def busy(n: int, kind: str = "matmul", threads: int = 1):
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, _ = p.communicate()
-            report["done"].append(int(out.split()[-1]) if out and out.split()[-2:-1] == ["done"] else None)
+            done, share = parse_report(out)
+            report["done"].append(done)
+            report["cpu_share"].append(share)
 

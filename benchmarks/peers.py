@@ -462,13 +462,15 @@ def peer_rows(todo: list[str], wl_path: Path, summary: dict, args, facts: dict, 
 
 def busy_row(peer: str, quiet: float, wl_path: Path, args, facts: dict) -> dict:
     """``peer`` timed again beside ``--load`` busy processes (the same worker, the same prompts): its seconds, the
-    slowdown over its quiet run (busy / quiet) and the units of work each busy process finished meanwhile."""
+    slowdown over its quiet run (busy / quiet), the units of work each busy process finished meanwhile and the
+    share of a core each got (1.0: it kept a whole core, so the peer had the rest)."""
     with load.busy(args.load, args.load_kind, args.load_threads) as work:
         res = run_worker(peer, wl_path, args, facts)
     if "seconds" not in res:
         return {"error": res.get("error", "no result")}
     return {"seconds": res["seconds"], "times": res["times"], "slowdown": res["seconds"] / quiet,
-            "load": {k: work[k] for k in ("processes", "kind", "threads")}, "load_done": work["done"]}
+            "load": {k: work[k] for k in ("processes", "kind", "threads")}, "load_done": work["done"],
+            "load_cpu_share": work["cpu_share"]}
 
 
 def _busy_cell(b: dict) -> str:
@@ -477,11 +479,12 @@ def _busy_cell(b: dict) -> str:
 
 def busy_table(name: str, rows: dict) -> str:
     """Each peer timed under load: quiet seconds, busy seconds and busy / quiet."""
-    lines = [f"{name} under load: peer, quiet s, busy s, busy/quiet"]
+    lines = [f"{name} under load: peer, quiet s, busy s, busy/quiet, the load's share of a core per process"]
     for peer, r in rows.items():
         b = r.get("busy")
         if b is not None:
-            cell = b.get("error") or f"{r['seconds']:.3f}  {b['seconds']:.3f}  {b['slowdown']:.2f}x"
+            shares = " ".join("?" if s is None else f"{s:.2f}" for s in b.get("load_cpu_share", []))
+            cell = b.get("error") or f"{r['seconds']:.3f}  {b['seconds']:.3f}  {b['slowdown']:.2f}x  {shares}"
             lines.append(f"  {peer:<22} {cell}")
     return "\n".join(lines)
 

@@ -412,7 +412,8 @@ def test_http_client_benchmark_times_each_client_on_checked_answers(tmp_path, ca
 
 def test_load_runs_busy_processes_beside_a_peer_and_reports_the_slowdown(monkeypatch):
     """benchmarks.peers --load N: the peer runs again beside N busy processes (benchmarks/load.py), which are at
-    work before its run and stopped after, each reporting the units it finished; the row has busy / quiet."""
+    work before its run and stopped after, each reporting the units it finished and the share of a core it got;
+    the row has busy / quiet and the table the load's share."""
     import time
     from types import SimpleNamespace
 
@@ -421,11 +422,15 @@ def test_load_runs_busy_processes_beside_a_peer_and_reports_the_slowdown(monkeyp
     with load.busy(1, "matmul", 1) as work:
         time.sleep(0.3)
     assert work["processes"] == 1 and work["done"][0] >= 1
+    assert 0.0 < work["cpu_share"][0] <= 1.05  # one thread: at most one core, within the clocks' granularity
+    assert load.parse_report("ready\ndone 7 cpu_share 0.981\n") == (7, 0.981)
+    assert load.parse_report("ready\ndone 7\n") == (7, None) and load.parse_report("") == (None, None)
     monkeypatch.setattr(peers, "run_worker", lambda peer, *a: {"peer": peer, "seconds": 3.0, "times": [3.0, 3.2]})
     b = peers.busy_row("logitjudge-fp32", 2.0, None, SimpleNamespace(load=1, load_kind="matmul", load_threads=1), {})
     assert b["slowdown"] == 1.5 and b["load"] == {"processes": 1, "kind": "matmul", "threads": 1}
-    assert len(b["load_done"]) == 1
-    assert "1.50x" in peers.busy_table("1x350", {"plain": {"seconds": 9.0}, "logitjudge-fp32": {"seconds": 2.0,
+    assert len(b["load_done"]) == 1 and len(b["load_cpu_share"]) == 1
+    b["load_cpu_share"] = [0.97]
+    assert "1.50x  0.97" in peers.busy_table("1x350", {"plain": {"seconds": 9.0}, "logitjudge-fp32": {"seconds": 2.0,
                                                                                                   "busy": b}})
     with pytest.raises(ValueError, match="unknown load kind"):
         with load.busy(1, "sleep"):
@@ -452,3 +457,16 @@ def test_route_stability_tallies_choices_and_verdicts_per_route(tmp_path):
     (build / "dispatch-abc.json").write_text("{}")
     rs._fresh_cache(build, tmp_path / "fresh")
     assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["kernels.so"]
+
+
+@pytest.mark.parametrize("variant", ["onednn-packed", "mkl-packed", "mkl-chunks-dynamic", "mkl-chunks-static"])
+def test_busy_core_variants_compute_the_same_gemm(variant):
+    """benchmarks.busy_core: every split of x . W^T computes the GEMM (MKL's packed variants, called through the
+    pointers torch's library exports, give F.linear's own values: it is MKL's GEMM too), on a shape whose last
+    column chunk is short."""
+    from benchmarks import busy_core
+
+    if variant.startswith("mkl") and not busy_core.mkl_available():
+        pytest.skip("torch's library here has no MKL packed GEMM (ARM builds)")
+    res = busy_core.child(variant, (37, 64, 300), threads=2, calls=3, chunk=128)
+    assert res["max_abs_diff"] < 1e-4 and res["gflops"] > 0
