@@ -17,21 +17,14 @@ void chunked_linear(void *compute_fn, void *set_threads_fn, const float *x, int 
     sgemm_compute_fn compute = (sgemm_compute_fn)compute_fn;
     set_threads_local_fn set_local = (set_threads_local_fn)set_threads_fn;
     int chunks = (N + nc - 1) / nc;
+    omp_set_schedule(dynamic ? omp_sched_dynamic : omp_sched_static, dynamic ? 1 : 0); /* read by schedule(runtime) */
 #pragma omp parallel num_threads(threads)
     {
         int before = set_local(1); /* MKL single-threaded inside this thread: the split is ours */
-        if (dynamic) {
-#pragma omp for schedule(dynamic, 1)
-            for (int c = 0; c < chunks; c++) {
-                int n0 = c * nc, n = N - n0 < nc ? N - n0 : nc;
-                compute(ROW_MAJOR, NO_TRANS, PACKED, M, n, K, x, K, packs[c], K, 0.0f, out + n0, N);
-            }
-        } else {
-#pragma omp for schedule(static)
-            for (int c = 0; c < chunks; c++) {
-                int n0 = c * nc, n = N - n0 < nc ? N - n0 : nc;
-                compute(ROW_MAJOR, NO_TRANS, PACKED, M, n, K, x, K, packs[c], K, 0.0f, out + n0, N);
-            }
+#pragma omp for schedule(runtime)
+        for (int c = 0; c < chunks; c++) {
+            int n0 = c * nc, n = N - n0 < nc ? N - n0 : nc;
+            compute(ROW_MAJOR, NO_TRANS, PACKED, M, n, K, x, K, packs[c], K, 0.0f, out + n0, N);
         }
         set_local(before);
     }

@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import cache
 from pathlib import Path
 
 from benchmarks import load
@@ -33,6 +34,7 @@ VARIANTS = ("onednn-packed", "onednn-packed-1-thread", "mkl-packed", "mkl-chunks
 ROW_MAJOR, B_MATRIX, TRANS, NO_TRANS, PACKED = 101, 162, 112, 111, 151  # MKL's CBLAS enum values
 
 
+@cache
 def _mkl():
     """torch's library, where MKL's packed-GEMM functions are exported (the upper-case C name of the thread-local
     setter: the lower-case one is Fortran's, taking a pointer)."""

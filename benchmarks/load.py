@@ -11,8 +11,8 @@ Kinds:
 A busy process reports how many units of work it finished (``done``) and the share of a core it got (``cpu_share``:
 its CPU seconds over its wall seconds since it was ready) when stopped, so a table can say how much the load itself
 got done beside each peer, and whether it kept its core: on Linux a single-threaded busy process that is alone on
-a core keeps it (0.95-1.00 measured beside every unpinned peer, ``benchmarks/busy_core.py``), so the peer gets the
-other core only. A library module of the benchmarks (no ``__main__``): each busy
+a core keeps it (0.96-1.00 beside every unpinned split of one GEMM, ``benchmarks/busy_core.py``), so the peer gets
+the other core only. A library module of the benchmarks (no ``__main__``): each busy
 process runs :func:`serve` through ``python -c``.
 """
 
@@ -74,14 +74,11 @@ def serve(kind: str, threads: int) -> None:
 
 def parse_report(out: str | None) -> tuple[int | None, float | None]:
     """(units done, CPU share) from a busy process's last line, ``done N cpu_share S``; None where missing."""
-    words = (out or "").split()
-    try:
-        at = len(words) - 1 - words[::-1].index("done")
-        done = int(words[at + 1])
-    except (ValueError, IndexError):
+    lines = (out or "").strip().splitlines()
+    words = lines[-1].split() if lines else []
+    if words[:1] != ["done"] or len(words) < 2:
         return None, None
-    share = float(words[at + 3]) if words[at + 2:at + 3] == ["cpu_share"] and len(words) > at + 3 else None
-    return done, share
+    return int(words[1]), (float(words[3]) if words[2:3] == ["cpu_share"] and len(words) > 3 else None)
 
 
 @contextmanager
