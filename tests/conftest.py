@@ -30,6 +30,18 @@ def pytest_configure(config):
     config.stash[SUMMARY] = []
 
 
+def pytest_sessionfinish(session):
+    """On a pytest-xdist worker (`make test` runs two): hand its summary lines to the controller, which prints."""
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["summary_lines"] = list(session.config.stash.get(SUMMARY, []))
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent (and not called) without the plugin
+def pytest_testnodedown(node, error):
+    node.config.stash[SUMMARY].extend(getattr(node, "workeroutput", {}).get("summary_lines", []))
+
+
 def pytest_terminal_summary(terminalreporter, config):
     for line in config.stash.get(SUMMARY, []):
         terminalreporter.write_line(line)
