@@ -117,6 +117,22 @@ def test_the_switch_forces_the_c_kernel_or_the_first_other(cache, monkeypatch, s
     assert set(calls) == {expected}
 
 
+def test_the_switch_at_1_measures_no_kernel_without_a_c_one(cache, monkeypatch):
+    """1 measures nothing: a kernel with no native candidate (the GEMM routes, the MLP's row blocks) runs its
+    first candidate, so every process under 1 takes the same routes however loaded the machine is."""
+    monkeypatch.setenv(dispatch.MODE_ENV, "1")
+    calls: dict = {}
+    k = Kernel("toy_switch_no_c", [Candidate("first", lambda x: calls.setdefault("first", []).append(1) or x * 2),
+                                   Candidate("other", lambda x: calls.setdefault("other", []).append(1) or x + x)],
+               reference="other", bucket=lambda x: f"rows {pow2_bucket(x.shape[0])}", error=max_abs,
+               tolerance=scaled_tolerance(1e-6), work=lambda x: x.numel())
+    with dispatch.recording() as rec:
+        k(torch.randn(4, 4))
+    assert rec.ran("toy_switch_no_c") == {"first"} and set(calls) == {"first"} and len(calls["first"]) == 1
+    assert rec.as_meta()["toy_switch_no_c"]["choices"]["rows 3-4"]["why"] == f"{dispatch.MODE_ENV}=1"
+    assert not list(cache.glob("dispatch-*.json"))  # no decision measured, none saved
+
+
 @pytest.mark.parametrize("repeats", [2, 7])
 def test_a_kernel_sets_its_own_timed_rounds(cache, repeats):
     """``repeats``: each candidate is timed that many rounds (after the untimed runs of the exactness check, one

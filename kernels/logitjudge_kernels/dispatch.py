@@ -21,8 +21,8 @@ never read off the ISA:
   while other processes oversubscribed the CPU (1-minute load average above the CPU count + 0.5; it is kept with
   the decision) is provisional: the first process that finds the machine quieter measures that bucket again.
 
-``LOGITJUDGE_CPU_KERNELS``: ``auto`` (default: measured), ``1`` (the C kernel wherever it applies, no measuring)
-or ``0`` (no C kernel: each kernel's first non-C candidate).
+``LOGITJUDGE_CPU_KERNELS``: ``auto`` (default: measured), ``1`` (nothing measured: the C kernel wherever it applies,
+elsewhere the kernel's first candidate) or ``0`` (no C kernel: each kernel's first non-C candidate).
 
 What ran is recorded by the dispatcher itself: ``with recording() as rec: ...`` then ``rec.as_meta()`` gives per
 kernel the implementations that ran, for which buckets and how often, and the measured rates behind each choice
@@ -307,8 +307,9 @@ class Kernel:
         usable = [c for c in self.candidates if c.name not in refused]
         if not usable:
             raise RuntimeError(f"no implementation of {self.name} applies: {refused}")
-        if m == "1" and any(c.native for c in usable):
-            pick = next(c for c in usable if c.native)
+        if m == "1":  # nothing measured, so every process takes the same routes: a kernel without a C one runs
+            # its first candidate (the GEMMs' packed route, the MLP whole), as with 0
+            pick = next((c for c in usable if c.native), usable[0])
             return pick, bucket, {"choice": pick.name, "why": f"{MODE_ENV}=1", "refused": refused}
         if m == "0":
             usable = [c for c in usable if not c.native] or usable
