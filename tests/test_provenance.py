@@ -108,15 +108,14 @@ def test_a_resume_at_another_thread_count_is_mixed(work, tmp_path):
     assert rows == list(range(N_ITEMS))
     # each writer's own kernels, and their sum in meta["kernels"] as in an uninterrupted run
     assert merge_kernels(first["kernels"], second["kernels"]) == table.meta["kernels"]
-    # the same calls per kernel and bucket (the GEMMs' are left out: their buckets follow the MLP's row blocks)
+    # the same calls per kernel and bucket: under LOGITJUDGE_CPU_KERNELS=1 no route is measured, so none depends
+    # on the thread count (the MLP runs whole, its GEMMs on the same rows)
     assert _calls(table.meta["kernels"]) == _calls(ref.meta["kernels"])
 
 
 def _calls(kernels: dict) -> dict:
     out: dict = {}
     for name, k in kernels.items():
-        if name in ("linear", "gate_up"):
-            continue
         for r in k["ran"].values():
             for bucket, n in r["buckets"].items():
                 out.setdefault(name, {})[bucket] = out.get(name, {}).get(bucket, 0) + n
