@@ -7,15 +7,16 @@ rows in right-padded batches of 16). Both on the same prompts (``benchmarks/work
 ``--repeats`` interleaved rounds (other load only slows a run down; interleaving spreads it over the methods),
 forward calls and tokens counted, and the largest difference of any option probability between them.
 
-``--min-shared`` lists the engine's ``min_shared`` values to time (``auto``: the engine's default for the
-backend): trie segments shorter than it below an item's prefix are run once per branch, so that a level's rows
-batch into one call (the shared backend runs the rows of one prefix per call).
+``--min-shared`` lists the engine's ``min_shared`` values to time (``auto``: the engine's default): trie segments
+shorter than it below an item's prefix are run once per branch, so that a level's rows batch into one call (the
+shared backend runs the rows of one prefix per call) or, on the native step, a trie level's call goes.
 
     .venv/bin/python -m benchmarks.shared_path --model FOLDER|NAME [--workload 8x350] [--min-shared auto,0]
-        [--repeats 2] [--threads 2] [--out benchmarks/results/shared_path.json]
+        [--prefix-mode shared|native] [--repeats 2] [--threads 2] [--out benchmarks/results/shared_path.json]
 
 Any judge works; one the native step takes is forced to ``shared`` here (the Qwen2.5 0.5B judge: its de-quantised
-folder from ``benchmarks/judge_model.py``, e.g. ``~/.cache/logitjudge/peers/qwen2.5-coder-0.5b-instruct-*``).
+folder from ``benchmarks/judge_model.py``, e.g. ``~/.cache/logitjudge/peers/qwen2.5-coder-0.5b-instruct-*``),
+unless ``--prefix-mode native`` asks for the native step: the same ``min_shared`` question for it.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from logitjudge.gemm_rates import cpu_info, describe_cpu
 from logitjudge.judge.baselines import prefix_cache_prompt_logprobs
 
 
-def runners(lm, groups, settings: list[str]) -> dict:
-    """name -> fn() returning (per-prompt option log-probs, forward calls, tokens)."""
+def runners(lm, groups, settings: list[str], mode: str = "shared") -> dict:
+    """name -> fn() returning (per-prompt option log-probs, forward calls, tokens); the engine in prefix mode
+    ``mode`` at each ``min_shared`` of ``settings``."""
     out = {}
 
     def peer():
@@ -46,14 +48,14 @@ def runners(lm, groups, settings: list[str]) -> dict:
     out["hf-prefix-cache"] = peer
     for s in settings:
         kw = {} if s == "auto" else {"min_shared": int(s)}
-        engine = Engine(lm, prefix_mode="shared", **kw)
+        engine = Engine(lm, prefix_mode=mode, **kw)
 
         def run(engine=engine):
             calls, toks = engine.stats["forward_calls"], engine.stats["tokens"]
             got = engine.prompt_logprobs(groups)
             return got, engine.stats["forward_calls"] - calls, engine.stats["tokens"] - toks
 
-        out[f"shared, min_shared {engine.min_shared}" + (" (auto)" if s == "auto" else "")] = run
+        out[f"{mode}, min_shared {engine.min_shared}" + (" (auto)" if s == "auto" else "")] = run
     return out
 
 
@@ -62,6 +64,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="gemma-3-270m")
     ap.add_argument("--workload", default="8x350", choices=list(workloads.NAMES))
     ap.add_argument("--min-shared", default="auto,0")
+    ap.add_argument("--prefix-mode", default="shared", choices=["shared", "native"],
+                    help="the backend timed (native: the same min_shared question for the fused step)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data-dir", default=None)
@@ -69,7 +73,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     lm, wls = workloads.load(args.model, [args.workload], threads=args.threads, data_dir=args.data_dir)
     wl = wls[args.workload]
-    fns = runners(lm, wl.groups, args.min_shared.split(","))
+    fns = runners(lm, wl.groups, args.min_shared.split(","), args.prefix_mode)
     # warm-up: the first text's first two prompts are not enough for oneDNN/MKL, so one whole run each
     timed = best_of_interleaved(fns, args.repeats, warmup=True)
     best, spread = {name: t.best for name, t in timed.items()}, {name: t.spread for name, t in timed.items()}
@@ -77,8 +81,8 @@ def main(argv=None) -> int:
             for name, (got, calls, toks) in ((n, t.value) for n, t in timed.items())}
     ref = info["hf-prefix-cache"][2]
     cpu = describe_cpu(cpu_info())
-    print(f"# {args.workload}, {args.model}, fp32, {args.threads} threads, best of {args.repeats} interleaved "
-          f"rounds\n# CPU: {cpu}\n")
+    print(f"# {args.workload}, {args.model}, prefix mode {args.prefix_mode}, fp32, {args.threads} threads, best of "
+          f"{args.repeats} interleaved rounds\n# CPU: {cpu}\n")
     print("| method | seconds | spread | x hf-prefix-cache | forward calls | tokens | max abs dp vs hf-prefix-cache |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     rows = []
@@ -91,8 +95,9 @@ def main(argv=None) -> int:
               f"{'' if calls is None else calls} | {toks:,} | {dp:.1e} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"cpu": cpu, "model": args.model, "workload": args.workload, "threads": args.threads,
-                               "repeats": args.repeats, "rows": rows}, indent=2))
+    out.write_text(json.dumps({"cpu": cpu, "model": args.model, "prefix_mode": args.prefix_mode,
+                               "workload": args.workload, "threads": args.threads, "repeats": args.repeats,
+                               "rows": rows}, indent=2))
     print(f"\nwrote {out}")
     return 0
 

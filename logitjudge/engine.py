@@ -21,10 +21,12 @@ from .errors import LogitJudgeError
 from .judge import MODES, ModeError, PrefixKV, backend_for, default_audit_prompts
 from .prompts import EncodedPrompt
 
-# below an item's prefix, trie segments shorter than this run once per branch on a backend that runs one prefix's
-# rows per call (shared, copy): balanced orders otherwise split each item into a call per first option line
-# (13-16 tokens) with two rows each; benchmarks/shared_path.py measures it against the peer that batches them
-PER_PREFIX_MIN_SHARED = 32
+# below an item's prefix, trie segments shorter than this run once per branch: balanced orders otherwise add a
+# forward call per trie level for their first option lines (13-16 tokens each; two rows each on a backend that runs
+# one prefix's rows per call). A call of a few dozen rows per layer costs more than duplicating those tokens, on
+# the native step too (whose calls mix prefixes): gemma-3-270m 1x350 1.56 -> 1.42 s, the Qwen judge 4.14 -> 3.88 s
+# (`python -m benchmarks.shared_path --prefix-mode native --min-shared 0,32`, docs/performance.md)
+MIN_SHARED = 32
 
 
 class EngineError(LogitJudgeError, RuntimeError):
@@ -81,8 +83,7 @@ class Engine:
     (EngineError). ``token_budget`` bounds
     rows x padded length of one batch. ``min_shared``: shared runs shorter than this (below the item's prefix)
     are recomputed per branch so that their siblings run in one batch: one forward call costs more than a few
-    duplicated tokens. None (default): 0 for a backend whose calls mix prefixes (native: a level's segments run
-    together whatever they continue), :data:`PER_PREFIX_MIN_SHARED` for one that runs a prefix's rows per call.
+    duplicated tokens. None (default): :data:`MIN_SHARED`; 0 runs the pure trie (every shared token once).
     """
 
     name = "native"  # its name in the engines' registry (logitjudge.engines.ENGINES)
@@ -103,9 +104,7 @@ class Engine:
         self.mode_meta = self.mode_choice.meta()  # copied into the table's meta
         self.prefix_mode = self.backend.name
         self.token_budget = int(token_budget)
-        if min_shared is None:
-            min_shared = 0 if self.backend.mixes_prefixes else PER_PREFIX_MIN_SHARED
-        self.min_shared = int(min_shared)
+        self.min_shared = MIN_SHARED if min_shared is None else int(min_shared)
         # how the GEMMs ran: the native route (fp32, bf16, bf16_upcast, plain) or transformers' modules
         self.gemm_route = self.backend.route
         self.n_layers = self.backend.n_layers

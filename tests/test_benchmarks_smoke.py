@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import breakdown, floor, judge_model, mlp_rows, peers, probe, timing, workloads
+from benchmarks import breakdown, floor, judge_model, mlp_rows, peers, probe, shared_path, timing, workloads
 from logitjudge.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,6 +204,27 @@ def test_prefix_cache_peer_equals_plain(tiny_lm, name):
     contexts = {(i, tuple(p.prompt_ids) + tuple(c[:t])) for i, g in enumerate(groups) for p in g
                 for c in p.continuation_ids for t in range(len(c))}
     assert stats["tokens"] < sum(len(c) for _, c in contexts)  # the prefix ran once per item, not once per row
+
+
+@pytest.mark.parametrize("mode", ["shared", "native"])
+def test_shared_path_times_each_min_shared_against_the_peer(tiny_lm, tmp_path, monkeypatch, mode):
+    """benchmarks/shared_path.py on either backend: a row per min_shared (auto = the engine's default) beside the
+    transformers-prefix-cache peer, each counting its calls and tokens (0: the pure trie; 1000: every segment below
+    the item's prefix once per branch, a level fewer) and within 1e-5 of the peer. No timing asserted."""
+    import json
+
+    wl = workloads.build("1x350", tiny_lm)
+    monkeypatch.setattr(workloads, "load", lambda *a, **kw: (tiny_lm, {"1x350": wl}))
+    out = tmp_path / "sp.json"
+    assert shared_path.main(["--workload", "1x350", "--prefix-mode", mode, "--min-shared", "auto,0,1000",
+                             "--repeats", "1", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["prefix_mode"] == mode
+    rows = {r["method"]: r for r in got["rows"]}
+    auto, pure, whole = (rows[f"{mode}, min_shared {s}"] for s in ("32 (auto)", 0, 1000))
+    assert pure["tokens"] == wl.trie_tokens <= auto["tokens"] <= whole["tokens"]
+    assert whole["forward_calls"] < pure["forward_calls"]
+    assert all(r["max_abs_dp"] < 1e-5 for r in got["rows"]) and "hf-prefix-cache" in rows
 
 
 def test_default_judge_resolves_to_its_checkpoint_and_gguf():
