@@ -7,8 +7,8 @@ suffix rows of S queries continue one prefix of L keys stored once, causal withi
 sliding window, no soft-cap. Why a kernel of our own: ATen's CPU flash attention runs these shapes at 80-170
 GFLOP/s on a 2-core Zen 4 (causal per-head calls of ~80 queries, an LSE merge of the two parts), this one at
 ~200 (``benchmarks/kernel_speed.py``), near the machine's fp32 GEMM rate: the G query heads of a KV head are stacked
-so each packed key panel feeds 6 rows, prefix and suffix keys go through one exact softmax (no merge), and a
-block of queries never computes keys past its last position.
+so each packed key panel feeds 12 rows (6 on AVX2), prefix and suffix keys go through one exact softmax (no
+merge), and a block of queries never computes keys past its last position.
 
 The output is (B, Hq, S, D) as a view of a (B, S, Hq, D) buffer: the layout the output projection reads, so the
 caller's ``transpose(1, 2).reshape(B, S, Hq * D)`` costs nothing. Built by :mod:`._cbuild` (system compiler,
