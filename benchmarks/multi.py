@@ -26,7 +26,7 @@ from logitjudge.prompts import builtin_template
 from logitjudge.requests import encode, slot_request
 from logitjudge.rubric import builtin_rubric
 from logitjudge.runs import score_multi
-from logitjudge.steps import marginal_cost
+from logitjudge.slots import marginal_cost
 
 
 def plain_greedy(lm, tpl, rub, item, oo, co):

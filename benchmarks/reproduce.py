@@ -58,7 +58,7 @@ def multi_slots(n_options: int, n_criteria: int) -> tuple[str, str]:
     """The slot mode of the multi-criteria study and why: exact marginal slots (every earlier answer summed over)
     when their label continuations per prompt fit the spec's continuation budget, else greedy slots."""
     from logitjudge.spec import PromptSpec
-    from logitjudge.steps import marginal_cost
+    from logitjudge.slots import marginal_cost
 
     cost, budget = marginal_cost(n_options, n_criteria), PromptSpec().max_continuations
     if cost <= budget:

@@ -335,6 +335,31 @@ def test_benchmarks_is_a_package_of_scripts_over_library_modules():
     assert not set(modules) & set(importlib.metadata.packages_distributions())
 
 
+def test_every_name_a_benchmark_imports_from_the_library_exists():
+    """Every ``from logitjudge... import NAME`` / ``from logitjudge_kernels... import NAME`` in benchmarks/, at the
+    top of a module or inside a function (imported when the script runs), names something the library has:
+    benchmarks/multi.py imported ``marginal_cost`` from ``logitjudge.steps`` after it moved to
+    ``logitjudge.slots``, and failed at import."""
+    import ast
+    import importlib
+
+    missing = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in (
+                    "logitjudge", "logitjudge_kernels"):
+                module = importlib.import_module(node.module)
+                missing += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                            if not hasattr(module, a.name) and not _is_submodule(node.module, a.name)]
+    assert not missing, missing
+
+
+def _is_submodule(package: str, name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(f"{package}.{name}") is not None
+
+
 def test_a_peer_that_crashes_or_hangs_is_a_cell_and_the_others_stay(tiny_lm, tmp_path, monkeypatch, capsys):
     """peers.py runs every peer in its own process on the prompts the parent planned: a peer forced to crash
     (SIGSEGV, abort) or to hang past the time limit becomes a cell of the table and of the JSON, and the peer that
