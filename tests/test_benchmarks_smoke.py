@@ -350,14 +350,15 @@ def test_every_name_a_benchmark_imports_from_the_library_exists():
                     "logitjudge", "logitjudge_kernels"):
                 module = importlib.import_module(node.module)
                 missing += [f"{path.name}: {node.module}.{a.name}" for a in node.names
-                            if not hasattr(module, a.name) and not _is_submodule(node.module, a.name)]
+                            if not hasattr(module, a.name) and not _is_submodule(module, a.name)]
     assert not missing, missing
 
 
-def _is_submodule(package: str, name: str) -> bool:
+def _is_submodule(module, name: str) -> bool:
+    """``name`` is a module inside the package ``module`` (``from logitjudge import orderings``)."""
     import importlib.util
 
-    return importlib.util.find_spec(f"{package}.{name}") is not None
+    return hasattr(module, "__path__") and importlib.util.find_spec(f"{module.__name__}.{name}") is not None
 
 
 def test_a_peer_that_crashes_or_hangs_is_a_cell_and_the_others_stay(tiny_lm, tmp_path, monkeypatch, capsys):
