@@ -57,8 +57,8 @@ HANNA_OPTIONS = 5  # HANNA's rubric rates every criterion 1-5
 def multi_slots(n_options: int, n_criteria: int) -> tuple[str, str]:
     """The slot mode of the multi-criteria study and why: exact marginal slots (every earlier answer summed over)
     when their label continuations per prompt fit the spec's continuation budget, else greedy slots."""
-    from logitjudge.spec import PromptSpec
     from logitjudge.slots import marginal_cost
+    from logitjudge.spec import PromptSpec
 
     cost, budget = marginal_cost(n_options, n_criteria), PromptSpec().max_continuations
     if cost <= budget:
