@@ -10,4 +10,11 @@ Scripts (each has a ``main`` and a ``__main__`` guard) import only the library m
 * :mod:`.floor`: the floor's matmul rate, FMA peak and work; :mod:`.child`: a script's run in a child process
   with a time limit, a crash or a timeout told as a cell;
 * :mod:`.peers_table`, :mod:`.findings`, :mod:`.cpu_kernels`, :mod:`.rss`: the parts of one script each.
+
+Every script runs under the CLI's OpenMP wait policy (PASSIVE, ``logitjudge/_openmp.py``): the package imports
+logitjudge before any script can import torch (directly or through ``logitjudge_kernels``), since libgomp reads
+the policy once, when torch loads. Scripts that imported torch first ran under libgomp's default (spinning ~3 ms
+at each barrier): quiet within 2%, beside a busy process up to 1.45x slower (docs/performance.md).
 """
+
+import logitjudge  # noqa: F401  (sets the policy; it does not load torch)

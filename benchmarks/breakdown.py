@@ -41,11 +41,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-# first, before anything imports torch: OpenMP's wait policy as the CLI runs it (PASSIVE, logitjudge/_openmp.py);
-# logitjudge_kernels imports torch, and libgomp reads the policy once, when torch loads
-import logitjudge  # noqa: F401
-
-# isort: split
 import numpy as np
 from logitjudge_kernels import dispatch
 

@@ -517,3 +517,29 @@ def test_busy_core_variants_compute_the_same_gemm(variant):
         pytest.skip("torch's library here has no MKL packed GEMM (ARM builds)")
     res = busy_core.child(variant, (37, 64, 300), threads=2, calls=3, chunk=128)
     assert res["max_abs_diff"] < 1e-4 and res["gflops"] > 0
+
+
+def _spin_count(code: str, **env) -> str:
+    """The GOMP_SPINCOUNT libgomp settled on in a fresh process running ``code`` (0: PASSIVE, idle threads sleep
+    at once; 300,000: libgomp's default without a policy), from OpenMP's own display of what it read."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    res = subprocess.run([sys.executable, "-c", code + "; import torch; torch.ones(4).sum()"], cwd=ROOT,
+                         env={**base, "OMP_DISPLAY_ENV": "VERBOSE", **env}, capture_output=True, text=True,
+                         timeout=120)
+    m = re.search(r"GOMP_SPINCOUNT = '(\d+)'", res.stderr)
+    if m is None:
+        pytest.skip("torch's OpenMP runtime here is not libgomp (no GOMP_SPINCOUNT in its display)")
+    return m.group(1)
+
+
+def test_every_benchmark_runs_under_the_clis_openmp_wait_policy():
+    # kernel_speed imports torch at its top, before anything of logitjudge: the package's import comes first
+    assert _spin_count("import benchmarks.kernel_speed") == "0"
+    assert _spin_count("import logitjudge") == "0"
+    assert _spin_count("import torch") == "300000"  # what a script that imported torch first ran under
+    assert _spin_count("import benchmarks.kernel_speed", OMP_WAIT_POLICY="ACTIVE") != "0"  # the user's is kept
