@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     mlp, down, d, inter, act = mlp_of(judge_model.read_config(judge_model.resolve(args.model)))
     cpu = describe_cpu(cpu_info())
-    print(f"# {args.model}: MLP d {d}, I {inter}, {act}, fp32, packed {mlp.gate.packed is not None}, "
+    print(f"# {args.model}: MLP d {d}, I {inter}, {act}, fp32, packed {mlp.packs}, "
           f"{args.threads} threads; best of {args.rounds} interleaved rounds\n# CPU: {cpu}\n")
     names = ["whole"] + [f"blocks of {r}" for r in ng.MLP_ROW_BLOCKS]
     print("| rows | " + " | ".join(f"{n} GFLOP/s (x whole)" for n in names) + " | dispatcher's choice |")

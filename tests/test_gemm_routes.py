@@ -87,6 +87,31 @@ def test_the_route_forced_slow_is_never_chosen(fresh, monkeypatch, slow):
             assert (g - w).abs().max().item() < 1e-4
 
 
+@needs_packing
+@pytest.mark.parametrize("slow", ["packed", "plain"])
+@torch.inference_mode()
+def test_a_packed_copy_is_made_only_where_the_packed_route_runs(fresh, monkeypatch, slow):
+    """No packed copy at load: each is made when a call of its weight first runs (or measures) the packed route.
+    Once the machine's decisions are on file (every process after the first), a step whose calls all run plain
+    holds none; one whose calls run packed holds a copy of every weight; both compute what they computed."""
+    for kernel in (ng.LINEAR, ng.GATE_UP):
+        _slowed(monkeypatch, kernel, PACKED[kernel.name] if slow == "packed" else "plain")
+    lm = fresh_tiny_lm(softcap=None)
+    ids = torch.randint(4, lm.model.config.vocab_size, (1, 30), generator=torch.Generator().manual_seed(0))
+    first = _step_outputs(NativeGemma3(lm.model), ids)  # measures every bucket and saves the decisions
+    for k in (ng.LINEAR, ng.GATE_UP, ng.MLP_DOWN):  # a new process: the decisions are read from the file
+        monkeypatch.setattr(k, "_memo", {})
+    monkeypatch.setattr(dispatch, "_TABLES", {})
+    step = NativeGemma3(lm.model)
+    weights = [w for lw in step.layers for w in (lw.w_qkv, lw.w_o, lw.mlp.gate, lw.mlp.up, lw.w_down)]
+    assert all(w.packs and w._packed is None for w in weights)
+    again = _step_outputs(step, ids)
+    made = [w._packed is not None for w in weights]
+    assert (not any(made)) if slow == "packed" else all(made)
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+
+
 def _weights(dtype: torch.dtype, pack: bool, upcast: bool, bias: bool, act: str):
     g = torch.Generator().manual_seed(0)
     d, inter, out = 48, 80, 96

@@ -3,8 +3,9 @@ measures faster.
 
 * q/k/v and gate/up run as one GEMM each (:func:`fuse`): the model's own ``nn.Linear`` weights become views into
   the fused matrices, so no memory is added and the model still runs unchanged through transformers;
-* on CPU in fp32 and bf16 the weights are kept pre-packed for oneDNN (:class:`Weight`, no per-call re-layout) and
-  the gate GEMM applies the activation and the up GEMM the product in oneDNN's epilogues (:class:`GatedMLP`);
+* on CPU in fp32 and bf16 the weights are pre-packed for oneDNN (:class:`Weight`, no per-call re-layout; each
+  copy is made when a call first runs the packed route) and the gate GEMM applies the activation and the up GEMM
+  the product in oneDNN's epilogues (:class:`GatedMLP`);
   which packed copy is kept is decided once per CPU (:func:`gemm_route`);
 * each GEMM call runs the packed route or plain ``F.linear`` (for the MLP: ``F.linear``, the activation, the
   product), whichever measured faster for its bucket of row counts, weight shape and dtype on this machine
@@ -44,22 +45,34 @@ def fuse(linears) -> torch.Tensor:
 
 
 class Weight:
-    """A projection weight (out, in), an optional bias (out,) and, optionally, a oneDNN-packed copy of the
-    weight. Packing once saves the per-call re-layout: 15-25% faster fp32 GEMMs on the shapes of Gemma-3-270M
-    (``benchmarks/peers.py`` prints both rates: ``layer_flops_per_s_by_path`` in its JSON). ``upcast``: a
-    bf16/fp16 weight whose packed copy is fp32 (exactly its values); the GEMM then runs on fp32 FMAs with the
-    input upcast and the output rounded back to the input's dtype: on CPUs whose bf16 dot products are slower
-    than fp32 FMAs (:func:`logitjudge.gemm_rates.bf16_route`)."""
+    """A projection weight (out, in), an optional bias (out,) and, where ``packs``, a oneDNN-packed copy of the
+    weight, made at its first use (:attr:`packed`). Packing once saves the per-call re-layout: 15-25% faster fp32
+    GEMMs on the shapes of Gemma-3-270M (``benchmarks/peers.py`` prints both rates: ``layer_flops_per_s_by_path``
+    in its JSON). The copy is made when a call first runs (or measures) the packed route, not when the model
+    loads: a weight whose calls all run plain ``F.linear`` here (the dispatcher's choice per bucket, cached per
+    machine) never holds one, which on CPUs where plain wins most buckets saves most of the copies' memory.
+    ``upcast``: a bf16/fp16 weight whose packed copy is fp32 (exactly its values); the GEMM then runs on fp32
+    FMAs with the input upcast and the output rounded back to the input's dtype: on CPUs whose bf16 dot products
+    are slower than fp32 FMAs (:func:`logitjudge.gemm_rates.bf16_route`)."""
 
-    __slots__ = ("weight", "bias", "packed", "upcast")
+    __slots__ = ("weight", "bias", "packs", "upcast", "_packed")
 
     def __init__(self, weight: torch.Tensor, pack: bool, upcast: bool = False, bias: torch.Tensor | None = None):
-        self.weight, self.bias = weight, bias
+        self.weight, self.bias, self.packs, self._packed = weight, bias, bool(pack), None
         self.upcast = bool(pack and upcast and weight.dtype != torch.float32)
-        src = weight.float() if self.upcast else weight
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(src, 256) if pack else None
         if pack and bias is not None:
             self.bias = bias.float() if self.upcast else bias
+
+    @property
+    def packed(self) -> torch.Tensor:
+        """The oneDNN-packed copy (fp32 where ``upcast``), made at first use; only where ``packs``."""
+        if self._packed is None:
+            if not self.packs:
+                raise ModeError("this weight keeps no packed copy (packing is off)")
+            src = self.weight.float() if self.upcast else self.weight
+            # two threads' concurrent first calls may both pack: either copy is the same, one is kept
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(src, 256)
+        return self._packed
 
     def rows(self, start: int, stop: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Output rows [start, stop) of the weight and bias, in ``dtype`` (the pruned last layer's GEMMs)."""
@@ -91,8 +104,8 @@ class GatedMLP:
         self.gate, self.up = Weight(weight[:half], pack, upcast), Weight(weight[half:], pack, upcast)
 
     @property
-    def packed(self):
-        return self.gate.packed
+    def packs(self) -> bool:
+        return self.gate.packs
 
     @property
     def upcast(self) -> bool:
@@ -158,11 +171,11 @@ def _rows_label(rows: int) -> str:
 
 def _route_label(w) -> str:
     """How a :class:`Weight` or :class:`GatedMLP` can run: "plain" (no packed copy) or packed (on fp32 FMAs)."""
-    return "plain" if w.packed is None else ("packed, fp32 FMAs" if w.upcast else "packed")
+    return "plain" if not w.packs else ("packed, fp32 FMAs" if w.upcast else "packed")
 
 
 def _packed_refusal(w, x) -> str | None:
-    return None if w.packed is not None else "no packed copy (packing is off)"
+    return None if w.packs else "no packed copy (packing is off)"
 
 
 def _act(name: str, gate: torch.Tensor) -> torch.Tensor:
