@@ -14,6 +14,8 @@ import errno
 import json
 import shutil
 import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -149,6 +151,48 @@ def test_builtin_wrong_sha256_refused_before_load(tmp_path, cache, capsys, monke
     monkeypatch.setitem(judges.BUILTINS, GEMMA.alias, replace(GEMMA, sha256="0" * 64))
     refused(capsys, tmp_path, GEMMA.alias, "sha256", "not the pinned 0000000000000000", "reinstall")
     assert not [p for p in cache.rglob("*") if p.is_file()]  # the assembled file is not kept
+
+
+def test_builtin_made_once_by_two_first_uses_at_once(tmp_path, monkeypatch, caplog):
+    """Two first uses at once on a fresh cache (pytest-xdist's workers, two first runs): one assembles and
+    converts, the other waits for it and takes the folder made. Without the lock both assembled to one path and
+    the first to finish removed the GGUF the other was still reading (a fresh clone's CI: 9 tests on the real
+    Gemma-3-270M failed with transformers' "Unable to load vocabulary from file")."""
+    monkeypatch.setenv("LOGITJUDGE_CACHE", str(tmp_path))
+    caplog.set_level("INFO", logger="logitjudge.judges")
+    made, converting, release = [], threading.Event(), threading.Event()
+    monkeypatch.setattr(judges, "current", lambda folder: bool(made))
+
+    def assemble(b, dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(b"GGUF")
+        return dest
+
+    def convert(gguf, *, folder, **kw):
+        assert gguf.read_bytes() == b"GGUF"  # nobody removed it meanwhile
+        converting.set()
+        assert release.wait(10)
+        made.append(folder)
+        return judges.target(folder)
+
+    monkeypatch.setattr(judges, "assemble", assemble)
+    monkeypatch.setattr(judges, "gguf_checkpoint", convert)
+    got = []
+    first = threading.Thread(target=lambda: got.append(judges.builtin_checkpoint(GEMMA.alias)))
+    second = threading.Thread(target=lambda: got.append(judges.builtin_checkpoint(GEMMA.alias)))
+    first.start()
+    assert converting.wait(10)
+    second.start()
+    deadline = time.monotonic() + 10
+    while "waiting for another process" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert "waiting for another process that is making the built-in judge gemma-3-270m" in caplog.text
+    assert made == [GEMMA.alias]  # converted once
+    assert got == [judges.target(GEMMA.alias)] * 2
+    assert not list((tmp_path / "gguf").iterdir())  # the assembled GGUF removed, no lock file left
 
 
 def test_builtin_missing_package(tmp_path, cache, capsys, monkeypatch):
