@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .cache_lock import one_maker
 from .errors import LogitJudgeError
 from .gguf_once import one_reader
 from .tokens import RECORD, check_pieces, observed, read_record, sample_words
@@ -494,7 +495,8 @@ def gguf_checkpoint(path: str | Path, *, expected_sha256: str | None = None, fol
         raise GGUFError(f"{what or header.path}: sha256 {sha[:16]}... is not the expected {expected_sha256[:16]}...; "
                         "the file is damaged or not the one named: download or install it again")
     target = target or cache_dir() / "models" / f"gguf-{sha[:16]}"
-    why = why_stale(target)
-    if why is None:
-        return target
-    return convert(header, target, source_note=source_note or f"{header.path.name} (sha256 {sha})", why=why)
+    with one_maker(target.parent, str(target), refuse=cache_problem):  # no folder replaced while another reads it
+        why = why_stale(target)
+        if why is None:
+            return target
+        return convert(header, target, source_note=source_note or f"{header.path.name} (sha256 {sha})", why=why)

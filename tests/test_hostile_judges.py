@@ -159,7 +159,7 @@ def test_builtin_made_once_by_two_first_uses_at_once(tmp_path, monkeypatch, capl
     the first to finish removed the GGUF the other was still reading (a fresh clone's CI: 9 tests on the real
     Gemma-3-270M failed with transformers' "Unable to load vocabulary from file")."""
     monkeypatch.setenv("LOGITJUDGE_CACHE", str(tmp_path))
-    caplog.set_level("INFO", logger="logitjudge.judges")
+    caplog.set_level("INFO", logger="logitjudge.cache")
     made, converting, release = [], threading.Event(), threading.Event()
     monkeypatch.setattr(judges, "current", lambda folder: bool(made))
 
