@@ -42,8 +42,8 @@ def test_score_dump_and_analyze(tmp_path, model_dir, capsys):
     kernels = t.meta["kernels"]
     assert set(kernels) == {"attention", "readout", "rms_norm", "residual_rms_norm", "qk_norm_rope", "mlp_rows",
                             "linear", "gate_up"}
-    impls = {"mlp_rows": {"whole"} | {f"blocks of {r}" for r in (512, 384, 256)}, "linear": {"packed", "plain"},
-             "gate_up": {"packed epilogues", "plain"}}
+    impls = {"mlp_rows": {"whole"} | {f"blocks of {r}" for r in (512, 384, 256)},
+             "linear": {"packed", "plain", "mkl packed"}, "gate_up": {"packed epilogues", "plain", "mkl packed"}}
     for name, k in kernels.items():
         assert set(k["ran"]) <= impls.get(name, {"C", "aten", "torch"})
         assert set(k["choices"]) == {b for impl in k["ran"].values() for b in impl["buckets"]}

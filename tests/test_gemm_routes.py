@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 from conftest import fresh_tiny_lm
-from logitjudge_kernels import dispatch, exactness
+from logitjudge_kernels import dispatch, exactness, mkl_gemm
 from logitjudge_kernels.dispatch import Candidate, Kernel
 
 from logitjudge.judge.backends import native_gemms as ng
@@ -59,14 +59,32 @@ def _step_outputs(step, ids):
     return full, picked
 
 
-@needs_packing
-@pytest.mark.parametrize("slow", ["packed", "plain"])
-@torch.inference_mode()
-def test_the_route_forced_slow_is_never_chosen(fresh, monkeypatch, slow):
-    """Packed forced slow: plain F.linear runs every GEMM and the step's outputs are bit for bit those of the
-    unpacked step; plain forced slow: the packed GEMMs run, within fp32 reassociation of the same."""
+def _routes() -> list[str]:
+    """The GEMM routes of this machine: oneDNN's packed GEMM, plain F.linear and, where torch has MKL, MKL's."""
+    return ["packed", "plain"] + (["mkl packed"] if mkl_gemm.available() else [])
+
+
+def _route_name(kernel: Kernel, route: str) -> str:
+    return PACKED[kernel.name] if route == "packed" else route
+
+
+def _only_fast(monkeypatch, fast: str) -> None:
+    """Every GEMM route but ``fast`` forced slow, in LINEAR and GATE_UP."""
     for kernel in (ng.LINEAR, ng.GATE_UP):
-        _slowed(monkeypatch, kernel, PACKED[kernel.name] if slow == "packed" else "plain")
+        for route in _routes():
+            if route != fast:
+                _slowed(monkeypatch, kernel, _route_name(kernel, route))
+
+
+@needs_packing
+@pytest.mark.parametrize("fast", ["packed", "plain", "mkl packed"])
+@torch.inference_mode()
+def test_the_route_forced_slow_is_never_chosen(fresh, monkeypatch, fast):
+    """The other routes forced slow: plain F.linear alone runs every GEMM and the step's outputs are bit for bit
+    those of the unpacked step; oneDNN's or MKL's packed GEMMs alone run, within fp32 reassociation of the same."""
+    if fast not in _routes():
+        pytest.skip("torch here has no MKL")
+    _only_fast(monkeypatch, fast)
     lm = fresh_tiny_lm(softcap=None)
     ids = torch.randint(4, lm.model.config.vocab_size, (1, 30), generator=torch.Generator().manual_seed(0))
     step = NativeGemma3(lm.model)
@@ -75,27 +93,30 @@ def test_the_route_forced_slow_is_never_chosen(fresh, monkeypatch, slow):
         got = _step_outputs(step, ids)
     want = _step_outputs(NativeGemma3(lm.model, pack=False), ids)
     meta = rec.as_meta()
-    for name, packed in PACKED.items():
-        fast, slowed = ("plain", packed) if slow == "packed" else (packed, "plain")
-        assert rec.ran(name) == {fast}, meta[name]
-        for bucket, d in meta[name]["choices"].items():
-            assert d["why"] == "measured fastest" and d["rates"][fast] > d["rates"][slowed], (bucket, d)
+    for kernel in (ng.LINEAR, ng.GATE_UP):
+        name = _route_name(kernel, fast)
+        assert rec.ran(kernel.name) == {name}, meta[kernel.name]
+        for bucket, d in meta[kernel.name]["choices"].items():
+            assert d["why"] == "measured fastest", (bucket, d)
+            assert all(d["rates"][name] > r for other, r in d["rates"].items() if other != name), (bucket, d)
     for g, w in zip(got, want):
-        if slow == "packed":
+        if fast == "plain":
             assert torch.equal(g, w)
         else:
             assert (g - w).abs().max().item() < 1e-4
 
 
 @needs_packing
-@pytest.mark.parametrize("slow", ["packed", "plain"])
+@pytest.mark.parametrize("fast", ["packed", "plain", "mkl packed"])
 @torch.inference_mode()
-def test_a_packed_copy_is_made_only_where_the_packed_route_runs(fresh, monkeypatch, slow):
-    """No packed copy at load: each is made when a call of its weight first runs (or measures) the packed route.
-    Once the machine's decisions are on file (every process after the first), a step whose calls all run plain
-    holds none; one whose calls run packed holds a copy of every weight; both compute what they computed."""
-    for kernel in (ng.LINEAR, ng.GATE_UP):
-        _slowed(monkeypatch, kernel, PACKED[kernel.name] if slow == "packed" else "plain")
+def test_a_packed_copy_is_made_only_where_the_packed_route_runs(fresh, monkeypatch, fast):
+    """No packed copy at load: each is made when a call of its weight first runs (or measures) its route. Once
+    the machine's decisions are on file (every process after the first), a step whose calls all run plain holds
+    none; one whose calls run oneDNN's (MKL's) packed GEMMs holds that copy of every weight and not the other;
+    each computes what it computed while measuring."""
+    if fast not in _routes():
+        pytest.skip("torch here has no MKL")
+    _only_fast(monkeypatch, fast)
     lm = fresh_tiny_lm(softcap=None)
     ids = torch.randint(4, lm.model.config.vocab_size, (1, 30), generator=torch.Generator().manual_seed(0))
     first = _step_outputs(NativeGemma3(lm.model), ids)  # measures every bucket and saves the decisions
@@ -103,13 +124,38 @@ def test_a_packed_copy_is_made_only_where_the_packed_route_runs(fresh, monkeypat
         monkeypatch.setattr(k, "_memo", {})
     monkeypatch.setattr(dispatch, "_TABLES", {})
     step = NativeGemma3(lm.model)
-    weights = [w for lw in step.layers for w in (lw.w_qkv, lw.w_o, lw.mlp.gate, lw.mlp.up, lw.w_down)]
-    assert all(w.packs and w._packed is None for w in weights)
+    linears = [w for lw in step.layers for w in (lw.w_qkv, lw.w_o, lw.w_down)]
+    mlps = [lw.mlp for lw in step.layers]
+    assert all(w.packs and w._packed is None and w._mkl is None for w in linears)
     again = _step_outputs(step, ids)
-    made = [w._packed is not None for w in weights]
-    assert (not any(made)) if slow == "packed" else all(made)
+    onednn = [w._packed is not None for w in linears] + [m.gate._packed is not None for m in mlps]
+    mkl = [w._mkl is not None for w in linears + mlps]
+    assert all(onednn) if fast == "packed" else not any(onednn)
+    assert all(mkl) if fast == "mkl packed" else not any(mkl)
     for a, b in zip(first, again):
         assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not mkl_gemm.available(), reason="torch here has no MKL")
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_mkl_packed_copy_serves_every_row_count(bias):
+    """MKL's packed buffer is packed once for a hint of PACK_ROWS rows and then serves calls of any row count:
+    1 to 2,000 rows against the float64 truth, each within 4x F.linear's own error (+ the fp32 unit's floor) on
+    the same call; the bias is added once and left as it was."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(384, 160, generator=g) / 160 ** 0.5
+    b = torch.randn(384, generator=g) if bias else None
+    kept = None if b is None else b.clone()
+    packed = mkl_gemm.pack(w)
+    for m in (1, 2, 3, 17, 255, 256, 257, 1000, 2000):
+        x = torch.randn(m, 160, generator=g)
+        truth = torch.nn.functional.linear(x.double(), w.double(), None if b is None else b.double())
+        got = mkl_gemm.linear(x, packed, 384, b)
+        ref_err = (torch.nn.functional.linear(x, w, b).double() - truth).abs().max().item()
+        err = (got.double() - truth).abs().max().item()
+        assert got.shape == (m, 384) and err <= 4 * ref_err + 1e-6, (m, err, ref_err)
+    if b is not None:
+        assert torch.equal(b, kept)
 
 
 def _weights(dtype: torch.dtype, pack: bool, upcast: bool, bias: bool, act: str):
@@ -139,7 +185,8 @@ def test_every_gemm_route_is_as_exact_as_plain_fp32(route, bias, act):
                               tolerance=kernel.tolerance, to_float64=dispatch.to_float64)
         ref = kernel.candidate("plain").fn(obj, x)
         usable = [c for c in kernel.candidates if c.refusal(obj, x) is None]
-        assert [c.name for c in usable] == ([PACKED[kernel.name]] if pack else []) + ["plain"]
+        mkl = ["mkl packed"] if pack and dtype == torch.float32 and mkl_gemm.available() else []
+        assert [c.name for c in usable] == ([PACKED[kernel.name]] if pack else []) + ["plain"] + mkl
         for c in usable:
             got = c.fn(obj, x)
             assert got.dtype == torch.float32 and got.shape == ref.shape
@@ -222,11 +269,12 @@ def test_a_tables_meta_carries_each_gemm_decision_with_its_rates(tiny_lm, fresh)
     table = score(tiny_lm, items, builtin_rubric("default"), engine=Engine(tiny_lm, prefix_mode="native"),
                   progress=False)
     kernels = json.loads(json.dumps(table.meta["kernels"]))
+    mkl = {"mkl packed"} if mkl_gemm.available() else set()
     for name, packed in PACKED.items():
         choices = kernels[name]["choices"]
-        assert choices and set(kernels[name]["ran"]) <= {packed, "plain"}
+        assert choices and set(kernels[name]["ran"]) <= {packed, "plain"} | mkl
         for bucket, d in choices.items():
-            want = {packed, "plain"} if ng.packing_available() else {"plain"}
+            want = {packed, "plain"} | mkl if ng.packing_available() else {"plain"}
             if not ng.packing_available():
                 assert d["why"] == "the only one that applies" and bucket.endswith(", plain")
                 continue

@@ -7,7 +7,12 @@ measures faster.
   copy is made when a call first runs the packed route) and the gate GEMM applies the activation and the up GEMM
   the product in oneDNN's epilogues (:class:`GatedMLP`);
   which packed copy is kept is decided once per CPU (:func:`gemm_route`);
-* each GEMM call runs the packed route or plain ``F.linear`` (for the MLP: ``F.linear``, the activation, the
+* in fp32 where torch carries MKL, a third route: MKL's GEMM on a copy packed once for it
+  (``logitjudge_kernels.mkl_gemm``; the gated MLP's activation and product then run as in the plain route).
+  ``F.linear`` is MKL's unpacked GEMM, which lays W out again in every call: on an Intel Xeon (AMX, 2 threads)
+  the dispatcher took MKL's packed GEMM in most of both judges' buckets, and a Qwen2.5-Coder-0.5B run fell by
+  10-17% (docs/performance.md);
+* each GEMM call runs a packed route or plain ``F.linear`` (for the MLP: ``F.linear``, the activation, the
   product), whichever measured faster for its bucket of row counts, weight shape and dtype on this machine
   (:data:`LINEAR`, :data:`GATE_UP`, chosen by the kernels' dispatcher, ``logitjudge_kernels.dispatch``, and
   cached per CPU). A route measured once on other shapes does not say what the step's own calls do: on an Intel
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from logitjudge_kernels import mkl_gemm
 from logitjudge_kernels.dispatch import Candidate, Kernel, max_abs, scaled_tolerance
 
 from ...errors import ModeError
@@ -55,10 +61,10 @@ class Weight:
     FMAs with the input upcast and the output rounded back to the input's dtype: on CPUs whose bf16 dot products
     are slower than fp32 FMAs (:func:`logitjudge.gemm_rates.bf16_route`)."""
 
-    __slots__ = ("weight", "bias", "packs", "upcast", "_packed")
+    __slots__ = ("weight", "bias", "packs", "upcast", "_packed", "_mkl")
 
     def __init__(self, weight: torch.Tensor, pack: bool, upcast: bool = False, bias: torch.Tensor | None = None):
-        self.weight, self.bias, self.packs, self._packed = weight, bias, bool(pack), None
+        self.weight, self.bias, self.packs, self._packed, self._mkl = weight, bias, bool(pack), None, None
         self.upcast = bool(pack and upcast and weight.dtype != torch.float32)
         if pack and bias is not None:
             self.bias = bias.float() if self.upcast else bias
@@ -73,6 +79,13 @@ class Weight:
             # two threads' concurrent first calls may both pack: either copy is the same, one is kept
             self._packed = torch.ops.mkldnn._reorder_linear_weight(src, 256)
         return self._packed
+
+    @property
+    def mkl_packed(self) -> torch.Tensor:
+        """MKL's packed copy of the fp32 weight (:mod:`logitjudge_kernels.mkl_gemm`), made at first use."""
+        if self._mkl is None:
+            self._mkl = mkl_gemm.pack(self.weight)
+        return self._mkl
 
     def rows(self, start: int, stop: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Output rows [start, stop) of the weight and bias, in ``dtype`` (the pruned last layer's GEMMs)."""
@@ -94,18 +107,25 @@ class GatedMLP:
     ``benchmarks/engine.py`` went from 14.0 to 13.3 s; the same values (max |diff| 2e-6 at outputs of magnitude
     20)."""
 
-    __slots__ = ("weight", "gate", "up", "act")
+    __slots__ = ("weight", "gate", "up", "act", "_mkl")
 
     def __init__(self, weight: torch.Tensor, pack: bool, upcast: bool = False, act: str = "gelu_tanh"):
         if act not in ACTIVATIONS:
             raise ModeError(f"activation {act!r} is not one of {sorted(ACTIVATIONS)}")
-        self.weight, self.act = weight, act
+        self.weight, self.act, self._mkl = weight, act, None
         half = weight.shape[0] // 2
         self.gate, self.up = Weight(weight[:half], pack, upcast), Weight(weight[half:], pack, upcast)
 
     @property
     def packs(self) -> bool:
         return self.gate.packs
+
+    @property
+    def mkl_packed(self) -> torch.Tensor:
+        """MKL's packed copy of the fused (2 I, d) fp32 weight, made at first use."""
+        if self._mkl is None:
+            self._mkl = mkl_gemm.pack(self.weight)
+        return self._mkl
 
     @property
     def upcast(self) -> bool:
@@ -178,6 +198,15 @@ def _packed_refusal(w, x) -> str | None:
     return None if w.packs else "no packed copy (packing is off)"
 
 
+def _mkl_refusal(w, x) -> str | None:
+    """MKL's packed GEMM: fp32 weights and inputs, packing on, torch built with MKL."""
+    if not w.packs:
+        return "no packed copy (packing is off)"
+    if w.weight.dtype != torch.float32 or x.dtype != torch.float32 or x.device.type != "cpu":
+        return "MKL's packed GEMM runs fp32 on CPU only"
+    return None if mkl_gemm.available() else "torch here has no MKL (cblas_sgemm_compute)"
+
+
 def _act(name: str, gate: torch.Tensor) -> torch.Tensor:
     return F.gelu(gate, approximate="tanh") if name == "gelu_tanh" else F.silu(gate)
 
@@ -194,6 +223,11 @@ def linear_packed(w: Weight, x: torch.Tensor) -> torch.Tensor:
     """oneDNN's GEMM on the packed copy. x (M, in) -> (M, out)."""
     out = torch.ops.mkldnn._linear_pointwise(x.float() if w.upcast else x, w.packed, w.bias, "none", [], "")
     return out.to(x.dtype) if w.upcast else out
+
+
+def linear_mkl(w: Weight, x: torch.Tensor) -> torch.Tensor:
+    """MKL's GEMM on its packed copy (no per-call re-layout of W, which ``F.linear`` does). x (M, in) -> (M, out)."""
+    return mkl_gemm.linear(x, w.mkl_packed, w.weight.shape[0], w.bias)
 
 
 def linear_exact(w: Weight, x: torch.Tensor) -> torch.Tensor:
@@ -224,6 +258,13 @@ def gate_up_packed(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
     return out.to(x.dtype) if mlp.upcast else out
 
 
+def gate_up_mkl(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
+    """The fused gate/up GEMM on MKL's packed copy, then the activation and the product as in
+    :func:`gate_up_plain`. x (M, d) -> (M, I)."""
+    gate, up = mkl_gemm.linear(x, mlp.mkl_packed, mlp.weight.shape[0]).chunk(2, dim=-1)
+    return _act(mlp.act, gate).mul_(up)
+
+
 def gate_up_exact(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
     """The float64 truth (``x`` float64)."""
     gate, up = F.linear(x, mlp.weight.double()).chunk(2, dim=-1)
@@ -241,12 +282,13 @@ def _gate_up_bucket(mlp: GatedMLP, x: torch.Tensor) -> str:
 # decides (``typical``), as for the MLP's row blocks: the routes differ in how much other load slows them.
 GEMM_MEASURING = dict(error=max_abs, tolerance=scaled_tolerance(1e-5), typical=True, repeats=7)
 LINEAR = Kernel(
-    "linear", [Candidate("packed", linear_packed, _packed_refusal), Candidate("plain", linear_plain)],
+    "linear", [Candidate("packed", linear_packed, _packed_refusal), Candidate("plain", linear_plain),
+               Candidate("mkl packed", linear_mkl, _mkl_refusal)],
     reference="plain", bucket=_linear_bucket, work=lambda w, x: 2 * x.shape[0] * w.weight.numel(),
     exact=linear_exact, **GEMM_MEASURING)
 GATE_UP = Kernel(
     "gate_up", [Candidate("packed epilogues", gate_up_packed, _packed_refusal),
-                Candidate("plain", gate_up_plain)],
+                Candidate("plain", gate_up_plain), Candidate("mkl packed", gate_up_mkl, _mkl_refusal)],
     reference="plain", bucket=_gate_up_bucket, work=lambda mlp, x: 2 * x.shape[0] * mlp.weight.numel(),
     exact=gate_up_exact, **GEMM_MEASURING)
 
