@@ -24,49 +24,17 @@ import os
 import subprocess
 import sys
 import time
-from functools import cache
 from pathlib import Path
 
 from benchmarks import load
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = ("onednn-packed", "onednn-packed-1-thread", "mkl-packed", "mkl-chunks-dynamic", "mkl-chunks-static")
-ROW_MAJOR, B_MATRIX, TRANS, NO_TRANS, PACKED = 101, 162, 112, 111, 151  # MKL's CBLAS enum values
-
-
-@cache
-def _mkl():
-    """torch's library, where MKL's packed-GEMM functions are exported (the upper-case C name of the thread-local
-    setter: the lower-case one is Fortran's, taking a pointer)."""
-    import torch
-
-    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-    lib.cblas_sgemm_pack_get_size.restype = ctypes.c_size_t
-    lib.cblas_sgemm_pack_get_size.argtypes = [ctypes.c_int] * 4
-    lib.cblas_sgemm_pack.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
-                                                          ctypes.c_void_p]
-    lib.cblas_sgemm_compute.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                                                             ctypes.c_int, ctypes.c_float, ctypes.c_void_p,
-                                                             ctypes.c_int]
-    return lib
-
-
 def mkl_available() -> bool:
     """torch's library exports MKL's packed GEMM (x86 builds of torch; ARM builds have no MKL)."""
-    try:
-        return hasattr(_mkl(), "cblas_sgemm_compute")
-    except (OSError, AttributeError):
-        return False
+    from logitjudge_kernels import mkl_gemm
 
-
-def _mkl_pack(mkl, w, rows: int):
-    """W (out, in) packed by MKL as the B of x . W^T; the buffer (a float tensor, kept alive by the caller)."""
-    import torch
-
-    out, d = w.shape
-    buf = torch.empty(mkl.cblas_sgemm_pack_get_size(B_MATRIX, rows, out, d) // 4 + 16)
-    mkl.cblas_sgemm_pack(ROW_MAJOR, B_MATRIX, TRANS, rows, out, d, 1.0, w.data_ptr(), d, buf.data_ptr())
-    return buf
+    return mkl_gemm.available()
 
 
 def _call(variant: str, x, w, threads: int, chunk: int):
@@ -82,13 +50,15 @@ def _call(variant: str, x, w, threads: int, chunk: int):
     torch.set_num_threads(threads)
     if not mkl_available():
         raise SystemExit("torch's library here has no MKL packed GEMM (cblas_sgemm_compute)")
-    mkl, y = _mkl(), torch.empty(rows, out)
+    from logitjudge_kernels import mkl_gemm as m
+
+    mkl, y = m.library(), torch.empty(rows, out)
     if variant == "mkl-packed":
-        buf = _mkl_pack(mkl, w, rows)
+        buf = m.pack(w, rows)
 
         def whole():
-            mkl.cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, rows, out, d, x.data_ptr(), d, buf.data_ptr(),
-                                    d, 0.0, y.data_ptr(), out)
+            mkl.cblas_sgemm_compute(m.ROW_MAJOR, m.NO_TRANS, m.PACKED, rows, out, d, x.data_ptr(), d,
+                                    buf.data_ptr(), d, 0.0, y.data_ptr(), out)
             return y
         return whole
     from logitjudge_kernels import _cbuild
@@ -98,7 +68,7 @@ def _call(variant: str, x, w, threads: int, chunk: int):
                                                     None),))
     if lib is None:
         raise SystemExit(f"busy_core.c did not build: {why}")
-    bufs = [_mkl_pack(mkl, w[i:i + chunk].contiguous(), rows) for i in range(0, out, chunk)]
+    bufs = [m.pack(w[i:i + chunk], rows) for i in range(0, out, chunk)]
     ptrs = (vp * len(bufs))(*[b.data_ptr() for b in bufs])
     fns = [ctypes.cast(getattr(mkl, n), vp).value for n in ("cblas_sgemm_compute", "MKL_Set_Num_Threads_Local")]
     dynamic = int(variant.endswith("dynamic"))

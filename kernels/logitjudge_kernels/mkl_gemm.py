@@ -25,8 +25,9 @@ PACK_ROWS = 256  # the row-count hint the copy is packed for (the engine's calls
 
 
 @functools.cache
-def _lib():
-    """torch's CPU library with the three functions' signatures, or None where it has no MKL."""
+def library():
+    """torch's CPU library with the three functions' signatures, or None where it has no MKL (benchmarks/busy_core.py
+    also calls ``cblas_sgemm_compute`` on it directly, into one output buffer)."""
     try:
         lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
         size, pack, compute = lib.cblas_sgemm_pack_get_size, lib.cblas_sgemm_pack, lib.cblas_sgemm_compute
@@ -41,7 +42,7 @@ def _lib():
 
 def available() -> bool:
     """torch's library here exports MKL's packed GEMM (x86 builds of torch)."""
-    return torch.backends.mkl.is_available() and _lib() is not None
+    return torch.backends.mkl.is_available() and library() is not None
 
 
 def pack(w: torch.Tensor, rows: int = PACK_ROWS) -> torch.Tensor:
@@ -50,7 +51,7 @@ def pack(w: torch.Tensor, rows: int = PACK_ROWS) -> torch.Tensor:
         raise ValueError(f"MKL's packed GEMM takes fp32 CPU weights, not {w.dtype} on {w.device}")
     w = w.contiguous()
     out, d = w.shape
-    lib = _lib()
+    lib = library()
     buf = torch.empty(lib.cblas_sgemm_pack_get_size(B_MATRIX, rows, out, d), dtype=torch.uint8)
     lib.cblas_sgemm_pack(ROW_MAJOR, B_MATRIX, TRANS, rows, out, d, 1.0, w.data_ptr(), d, buf.data_ptr())
     return buf
@@ -66,6 +67,6 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
     if bias is not None:
         y.copy_(bias)  # a new buffer: C is written in place, and bias.expand(1, n).contiguous() would be bias itself
     if m:
-        _lib().cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, m, out_features, d, x.data_ptr(), d,
+        library().cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, m, out_features, d, x.data_ptr(), d,
                                    packed.data_ptr(), d, 0.0 if bias is None else 1.0, y.data_ptr(), out_features)
     return y
