@@ -495,8 +495,10 @@ def gguf_checkpoint(path: str | Path, *, expected_sha256: str | None = None, fol
         raise GGUFError(f"{what or header.path}: sha256 {sha[:16]}... is not the expected {expected_sha256[:16]}...; "
                         "the file is damaged or not the one named: download or install it again")
     target = target or cache_dir() / "models" / f"gguf-{sha[:16]}"
+    if why_stale(target) is None:  # a finished folder loads without waiting for another conversion's lock
+        return target
     with one_maker(target.parent, str(target), refuse=cache_problem):  # no folder replaced while another reads it
         why = why_stale(target)
-        if why is None:
+        if why is None:  # another process made it while this one waited
             return target
         return convert(header, target, source_note=source_note or f"{header.path.name} (sha256 {sha})", why=why)

@@ -2,8 +2,9 @@
 
 torch's x86 library carries MKL and exports these functions; they are reached through ctypes, no headers and no
 linking. ``F.linear`` on CPU is MKL's unpacked GEMM, which lays W out again inside every call; a copy packed once
-skips that: on an Intel Xeon with AMX (2 threads) 299 against 233 GFLOP/s for 1,024 rows of Qwen2.5-0.5B's
-896 -> 9,728 gate/up, 321 against 276 for 350 rows, 7-12% on gemma-3-270m's shapes (docs/performance.md).
+skips that: on an Intel Xeon with AMX (2 threads) the dispatcher measured 310 against 241 GFLOP/s (plain) for
+385-512 rows of Qwen2.5-Coder-0.5B's 896 -> 9,728 gate/up (docs/performance.md, "MKL's packed GEMM as a third
+route").
 
 The packed buffer carries MKL's own metadata, so it must not move (a torch tensor's storage does not) and it
 serves any row count: ``m`` given to the packing is a blocking hint (MKL's documentation asks for the same

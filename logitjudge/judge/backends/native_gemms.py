@@ -10,8 +10,8 @@ measures faster.
 * in fp32 where torch carries MKL, a third route: MKL's GEMM on a copy packed once for it
   (``logitjudge_kernels.mkl_gemm``; the gated MLP's activation and product then run as in the plain route).
   ``F.linear`` is MKL's unpacked GEMM, which lays W out again in every call: on an Intel Xeon (AMX, 2 threads)
-  the dispatcher took MKL's packed GEMM in most of both judges' buckets, and a Qwen2.5-Coder-0.5B run fell by
-  10-17% (docs/performance.md);
+  the dispatcher took MKL's packed GEMM in most of both judges' buckets, and a 1x350 run fell by 5%
+  (gemma-3-270m) and 13% (Qwen2.5-Coder-0.5B; medians of three processes, docs/performance.md);
 * each GEMM call runs a packed route or plain ``F.linear`` (for the MLP: ``F.linear``, the activation, the
   product), whichever measured faster for its bucket of row counts, weight shape and dtype on this machine
   (:data:`LINEAR`, :data:`GATE_UP`, chosen by the kernels' dispatcher, ``logitjudge_kernels.dispatch``, and
@@ -93,7 +93,7 @@ class Weight:
         return self.weight[start:stop].to(dtype), b
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., in) -> (..., out): packed or plain, whichever measured faster for the call's bucket
+        """x (..., in) -> (..., out): a packed route or plain, whichever measured faster for the call's bucket
         (:data:`LINEAR`)."""
         out = LINEAR(self, x.reshape(-1, x.shape[-1]))
         return out.view(*x.shape[:-1], self.weight.shape[0])
@@ -132,8 +132,8 @@ class GatedMLP:
         return self.up.upcast
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., d) -> (..., I): the epilogues or plain GEMM + activation + product, whichever measured faster
-        for the call's bucket (:data:`GATE_UP`)."""
+        """x (..., d) -> (..., I): the epilogues, MKL's packed or the plain GEMM + activation + product, whichever
+        measured faster for the call's bucket (:data:`GATE_UP`)."""
         out = GATE_UP(self, x.reshape(-1, x.shape[-1]))
         return out.view(*x.shape[:-1], self.up.weight.shape[0])
 
