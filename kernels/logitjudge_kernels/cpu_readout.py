@@ -7,8 +7,10 @@ exp(hidden_r . weight_v) over the whole vocabulary, without (R, V) logits. Why a
 vocabulary rows once (by register transposes of VW x VW tiles: packed element by element, the packing took
 half the call on an AVX-512 Zen 5) and reuses attention's register tile (``cpu_tiles.h``) for every block of 6
 read rows, exp and sum in the same pass (``benchmarks/kernel_speed.py``: 1.3x the full-logits path at 10-64 rows; on
-8x350 the time outside the engine's step function went from 0.56 to 0.24 s, ``benchmarks/breakdown.py``). Built
-by :mod:`._cbuild`; no soft-capping (that goes to the reference). Tolerance against the reference: 1e-5
+8x350 the time outside the engine's step function went from 0.56 to 0.24 s, ``benchmarks/breakdown.py``). The
+vocabulary blocks are summed in 12 fixed lanes combined in order, so a result has the same bits at any thread
+count (a spare thread joins while the machine is busy, :mod:`.spare_thread`). Built by :mod:`._cbuild`; no
+soft-capping (that goes to the reference). Tolerance against the reference: 1e-5
 absolute on the log-sum-exp.
 
 A long read-out is cut into C calls of at most :data:`CALL_MACS` multiply-adds (vocabulary spans of
@@ -30,8 +32,8 @@ SOURCE = Path(__file__).with_name("cpu_readout.c")
 _SIGNATURES = (("logsumexp_f32", (f32p, f32p, f32p, i64, i64, i64, c_int), c_int),)
 VOCAB_SPAN = 32_768  # vocabulary rows per C call (a multiple of the kernel's 256-row blocks)
 CALL_MACS = 1 << 32  # multiply-adds per C call at most (~0.1-0.5 s): read rows per call = CALL_MACS / (span x d)
-PARALLEL_MIN = 1 << 22  # vocabulary x width below which one thread runs (not rows: a row's sum order, which
-# depends on the thread count, must not depend on the other rows of the call)
+PARALLEL_MIN = 1 << 22  # vocabulary x width below which one thread runs (a fork and join cost more); the sum
+# order is the C kernel's fixed lanes, so no result depends on the thread count (or on the other rows of the call)
 
 
 def _library(target: str = _cbuild.TARGET):
