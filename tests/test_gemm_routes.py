@@ -34,6 +34,9 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.setattr(dispatch, "_table_path", lambda kid: tmp_path / f"dispatch-{kid}.json")
     monkeypatch.setattr(dispatch, "_TABLES", {})
     monkeypatch.delenv(dispatch.MODE_ENV, raising=False)
+    # final decisions: one measured while another xdist worker loaded the CPU would be provisional, measured again
+    # (every route run, its packed copies made) by a later step once the load average fell
+    monkeypatch.setattr(dispatch, "busy", lambda: False)
     for k in (ng.LINEAR, ng.GATE_UP, ng.MLP_DOWN):
         monkeypatch.setattr(k, "_memo", {})
     return tmp_path
