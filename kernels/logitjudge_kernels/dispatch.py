@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _cbuild, exactness
+from . import _cbuild, exactness, spare_thread
 
 log = logging.getLogger(__name__)
 MODE_ENV = _cbuild.DISABLE_ENV  # LOGITJUDGE_CPU_KERNELS = auto | 1 | 0
@@ -344,8 +344,9 @@ class Kernel:
         Candidates that call other kernels (nested): the reference and then each candidate run once, untimed
         where ``typical`` (else the minimum discards that slower first run), before any timed round, so the inner
         kernels have decided every bucket these calls touch before the timed rounds run them; nothing run while
-        measuring is recorded as run."""
-        with _unrecorded():
+        measuring is recorded as run. No spare thread while measuring (:mod:`.spare_thread`): decisions are keyed
+        by torch's thread count and hold at it."""
+        with _unrecorded(), spare_thread.paused():
             return self._measure(usable, args, kw)
 
     def _measure(self, usable: list[Candidate], args: tuple, kw: dict) -> dict:
