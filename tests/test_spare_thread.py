@@ -52,6 +52,15 @@ def test_modes_and_pause(spare):
         spare_thread.threads(2)
 
 
+def test_a_bad_setting_is_refused_before_the_model_loads(spare):
+    from logitjudge.engine import EngineError
+    from logitjudge.engines.native import NativeConfig
+
+    spare("2")
+    with pytest.raises(EngineError, match="LOGITJUDGE_SPARE_THREAD='2': use auto, 0 or 1"):
+        NativeConfig().check(probing=False)
+
+
 def test_auto_takes_no_spare_where_a_cpu_is_left_free(spare, monkeypatch):
     spare("auto")
     monkeypatch.setattr(spare_thread, "_cpus", lambda: {0, 1, 2, 3})

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..engine import Engine
+from ..engine import Engine, EngineError
 from .base import TOKEN_BUDGET
 
 log = logging.getLogger("logitjudge")
@@ -35,8 +35,14 @@ class NativeConfig:
         return cls(m.token_budget, m.prefix_mode, m.dtype, m.device, m.quantize, m.attn_implementation)
 
     def check(self, *, probing: bool) -> None:
-        """Nothing to refuse: the native engine runs every setting and probes; its backend is chosen (and a mode
-        that cannot compute the model exactly refused) once the model is loaded."""
+        """The native engine runs every setting and probes; its backend is chosen (and a mode that cannot compute
+        the model exactly refused) once the model is loaded. Refused before: a bad $LOGITJUDGE_SPARE_THREAD."""
+        from logitjudge_kernels import spare_thread
+
+        try:
+            spare_thread.mode()
+        except ValueError as e:
+            raise EngineError(str(e)) from None
 
     def load_judge(self, source: str, model_spec=None):
         """The judge's weights in this process. Under torchrun each rank loads them on its own GPU
