@@ -216,15 +216,20 @@ def linear_plain(w: Weight, x: torch.Tensor) -> torch.Tensor:
     fp32 (the bf16 values converted per call): the same math as its packed fp32 copy."""
     if w.upcast:
         return F.linear(x.float(), w.weight.float(), w.bias).to(x.dtype)
+    return _f_linear(x, w.weight, w.bias)
+
+
+def _f_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear``; in fp32 on CPU, where it is MKL's GEMM, on the spare thread where its bits hold
+    (``mkl_gemm.with_spare``). x (M, in) -> (M, out)."""
     if x.dtype != torch.float32 or x.device.type != "cpu":
-        return F.linear(x, w.weight, w.bias)
-    return mkl_gemm.with_spare(("plain", w.weight.shape[0], x.shape[-1], x.shape[0]), lambda threads: _plain(
-        threads, x, w.weight, w.bias))  # F.linear is MKL's GEMM here: the spare thread where its bits hold
-
-
-def _plain(threads: int | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    with mkl_gemm.mkl_threads(threads):
         return F.linear(x, weight, bias)
+
+    def run(threads: int | None) -> torch.Tensor:
+        with mkl_gemm.mkl_threads(threads):
+            return F.linear(x, weight, bias)
+
+    return mkl_gemm.with_spare(("plain", weight.shape[0], x.shape[-1], x.shape[0]), run)
 
 
 def linear_packed(w: Weight, x: torch.Tensor) -> torch.Tensor:
@@ -253,11 +258,7 @@ def gate_up_plain(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
     """``act(x W_gate^T) * (x W_up^T)`` as one plain GEMM, then the activation and the product (the reference).
     x (M, d) -> (M, I)."""
     w, xs = (mlp.weight.float(), x.float()) if mlp.upcast else (mlp.weight, x)
-    if xs.dtype == torch.float32 and xs.device.type == "cpu":
-        gate, up = mkl_gemm.with_spare(("plain", w.shape[0], xs.shape[-1], xs.shape[0]),
-                                       lambda threads: _plain(threads, xs, w, None)).chunk(2, dim=-1)
-    else:
-        gate, up = F.linear(xs, w).chunk(2, dim=-1)
+    gate, up = _f_linear(xs, w).chunk(2, dim=-1)
     return _act(mlp.act, gate).mul_(up).to(x.dtype)  # the activation's output is a new tensor: mul_ is safe
 
 
