@@ -63,10 +63,6 @@ def threads(base: int) -> int:
     return base + 1 if _follow(base) else base
 
 
-def held(base: int) -> bool:
-    return threads(base) > base
-
-
 @contextlib.contextmanager
 def paused():
     """No spare thread inside (the dispatcher measures its routes at torch's own thread count)."""
