@@ -212,6 +212,39 @@ def test_dispatchers_run_a_candidate_and_record_it(setting, monkeypatch, tmp_pat
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("act", cn.ACTIVATIONS)
+@pytest.mark.parametrize("rows,inter", [(1, 8), (5, 2_048), (37, 4_864), (3, 13), (0, 16)])
+def test_act_mul_matches_the_float64_truth(act, rows, inter, target):
+    """GELU-tanh and SiLU times up, over rows of a fused gate/up output (strided halves, a tail past the last
+    vector): within a few fp32 ulps of the float64 truth, as close as torch's own, also far out on both sides."""
+    _needs_c()
+    g = torch.Generator().manual_seed(rows + inter)
+    gu = torch.randn(rows, 2 * inter, generator=g) * 4
+    if rows:
+        gu[0, :3] = torch.tensor([-90.0, 60.0, -1e-30])  # exp(-|z|) underflows; a tiny gate
+    truth = cn.act_mul_ref(gu.double(), act)
+    out = cn.act_mul_c(gu, act, target=target)
+    assert out.shape == (rows, inter) and out.dtype == torch.float32
+    scale = truth.abs().clamp_min(1.0)
+    ours = ((out.double() - truth).abs() / scale).max() if rows else 0.0
+    torchs = ((cn.act_mul_ref(gu, act).double() - truth).abs() / scale).max() if rows else 0.0
+    assert ours <= max(4 * torchs, 5e-7), (ours, torchs)
+
+
+def test_act_mul_same_bits_at_any_thread_count():
+    _needs_c()
+    gu = torch.randn(333, 2 * 2_048, generator=torch.Generator().manual_seed(9)) * 3  # past PARALLEL_MIN
+    before = torch.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2, 3, 4):
+            torch.set_num_threads(threads)
+            outs.append(cn.act_mul_c(gu, "gelu_tanh"))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(o, outs[0]) for o in outs[1:])
+
+
 def test_non_cpu_and_other_dtypes_take_the_reference():
     x, w = torch.randn(4, 64).double(), torch.ones(64)
     assert torch.equal(cn.rms_norm(x, w, 1e-6), cn.rms_norm_ref(x, w, 1e-6))
@@ -225,6 +258,10 @@ def test_shape_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"qkv width 40 is not \(heads 2 \+ 2 x kv_heads 1\) x head_dim 8"):
         cn.qk_norm_rope(torch.ones(1, 2, 40), torch.ones(8), torch.ones(8), torch.ones(1, 2, 8), torch.ones(1, 2, 8),
                         heads=2, kv_heads=1, eps=1e-6)
+    with pytest.raises(ValueError, match="activation 'relu' is not one of"):
+        cn.act_mul(torch.ones(2, 8), "relu")
+    with pytest.raises(ValueError, match="even width, not 7"):
+        cn.act_mul(torch.ones(2, 7), "silu")
     with pytest.raises(ValueError, match="cos, sin"):
         cn.qk_norm_rope(torch.ones(1, 2, 32), torch.ones(8), torch.ones(8), torch.ones(1, 3, 8), torch.ones(1, 3, 8),
                         heads=2, kv_heads=1, eps=1e-6)

@@ -1,6 +1,7 @@
-"""The spare thread (logitjudge_kernels/spare_thread.py): when it is taken, and that the kernels that take it give
-the same bits with it as without (the C read-out, norms and attention at any thread count; MKL's packed GEMM on
-the judges' shapes, and kept at torch's count where it would not), up to a real judge's probabilities."""
+"""The spare thread (logitjudge_kernels/spare_thread.py): when it is taken, how a raised step runs, and that it
+gives the same bits as without (the C read-out, norms and attention at any thread count; MKL's packed GEMM on the
+judges' shapes; a route whose bits would move kept at the base count), up to a real judge's probabilities and a
+Qwen2-shaped model whose SiLU and biased projections are where the bits would move."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import logging
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
+from conftest import tiny_tokenizer
 from logitjudge_kernels import cpu_attention, cpu_norm, cpu_readout, mkl_gemm, spare_thread
 from logitjudge_kernels._cbuild import ptr
 
 from logitjudge import orderings
 from logitjudge.engine import Engine
 from logitjudge.items import Item
+from logitjudge.models import Judge
 from logitjudge.prompts import Template
 from logitjudge.requests import item_prompts
 from logitjudge.rubric import Rubric, likert
@@ -40,16 +44,29 @@ def test_the_spare_is_taken_at_on_cores_and_given_back_under_off_cores():
     assert not spare_thread.next_held(True, spare_thread.OFF_CORES - 0.01)
 
 
-def test_modes_and_pause(spare):
+def test_modes_raise_the_step_and_pause_lowers_it(spare):
+    base = torch.get_num_threads()
     spare("1")
-    assert spare_thread.threads(2) == 3
-    with spare_thread.paused():
-        assert spare_thread.threads(2) == 2
+    assert spare_thread.take(base)
+    with spare_thread.raised():
+        assert torch.get_num_threads() == base + 1 and spare_thread.base_threads() == base
+        assert spare_thread.is_raised()
+        with spare_thread.raised():  # nested: unchanged
+            assert torch.get_num_threads() == base + 1
+        with spare_thread.paused():
+            assert torch.get_num_threads() == base and not spare_thread.is_raised()
+            with spare_thread.paused():
+                assert torch.get_num_threads() == base
+            assert torch.get_num_threads() == base
+        assert torch.get_num_threads() == base + 1
+    assert torch.get_num_threads() == base and not spare_thread.is_raised()
     spare("0")
-    assert spare_thread.threads(2) == 2
+    assert not spare_thread.take(base)
+    with spare_thread.raised():
+        assert torch.get_num_threads() == base
     spare("sometimes")
     with pytest.raises(ValueError, match="use auto, 0 or 1"):
-        spare_thread.threads(2)
+        spare_thread.take(base)
 
 
 def test_a_bad_setting_is_refused_before_the_model_loads(spare):
@@ -66,7 +83,7 @@ def test_auto_takes_no_spare_where_a_cpu_is_left_free(spare, monkeypatch):
     monkeypatch.setattr(spare_thread, "_cpus", lambda: {0, 1, 2, 3})
     monkeypatch.setattr(spare_thread, "_last", None)
     assert spare_thread._read(2, 0.0) is None  # 2 threads on 4 CPUs
-    assert spare_thread.threads(2) == 2
+    assert not spare_thread.take(2)
 
 
 def _readout_lse(h: torch.Tensor, w: torch.Tensor, threads: int) -> torch.Tensor:
@@ -88,7 +105,7 @@ def test_readout_same_bits_at_any_thread_count():
     assert (one.double() - truth).abs().max() < 1e-5
 
 
-def test_norms_and_attention_same_bits_with_the_spare(spare):
+def test_norms_and_attention_same_bits_at_2_and_3_threads():
     why = cpu_norm.cpu_kernels_status() or cpu_attention.cpu_attention_status()
     if why:
         pytest.skip(why[:200])
@@ -103,11 +120,14 @@ def test_norms_and_attention_same_bits_with_the_spare(spare):
         return (cpu_norm.rms_norm_c(x, w_y, 1e-6), *cpu_norm.residual_rms_norm_c(x, y, w_y, w_next, 1e-6),
                 cpu_attention.shared_prefix_attention_c(q, *kv, scale=0.125, sliding_window=64))
 
-    spare("0")
     base = run()
-    spare("1")
-    for a, b in zip(base, run()):
-        assert torch.equal(a, b)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        for a, b in zip(base, run()):
+            assert torch.equal(a, b)
+    finally:
+        torch.set_num_threads(threads)
 
 
 # (out, in) of gemma-3-270m's and Qwen2.5-Coder-0.5B's projections: fused q/k/v, o, fused gate/up, down
@@ -124,49 +144,130 @@ def test_mkl_packed_same_bits_at_1_to_4_threads_on_the_judges_shapes():
         packed = mkl_gemm.pack(w)
         for m in ROWS:
             x = torch.randn(m, d, generator=g)
-            base = mkl_gemm._compute(x, packed, out, None, 1)
+            base = _at(1, mkl_gemm._compute, x, packed, out, None)
             for threads in (2, 3, 4):
-                assert torch.equal(mkl_gemm._compute(x, packed, out, None, threads), base), (out, d, m, threads)
+                assert torch.equal(_at(threads, mkl_gemm._compute, x, packed, out, None), base), (out, d, m, threads)
 
 
-@pytest.mark.skipif(not mkl_gemm.available(), reason="torch here has no MKL")
-def test_mkl_keeps_torchs_threads_for_a_shape_whose_bits_would_move(spare, monkeypatch, caplog):
-    real = mkl_gemm._compute
-    calls = []
+def _at(threads: int, fn, *args):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(before)
 
-    def moved(x, packed, n, bias, threads=None):  # an MKL that splits the sum at the spare thread's count
-        calls.append(threads)
-        y = real(x, packed, n, bias, threads)
-        return y + 1e-3 if threads else y
 
-    monkeypatch.setattr(mkl_gemm, "_compute", moved)
-    monkeypatch.setattr(mkl_gemm, "_SAME_BITS", {})
+def test_a_route_whose_bits_move_keeps_the_base_count(spare, monkeypatch, caplog):
+    monkeypatch.setattr(spare_thread, "_SAME_BITS", {})
     spare("1")
-    w, x = torch.randn(96, 64), torch.randn(10, 64)
-    packed = mkl_gemm.pack(w)
-    with caplog.at_level(logging.INFO, logger="logitjudge"):
-        first = mkl_gemm.linear(x, packed, 96)
-    assert "other bits at" in caplog.text
-    assert torch.equal(first, real(x, packed, 96, None))
-    assert torch.equal(mkl_gemm.linear(x, packed, 96), first)  # checked once: torch's count from then on
-    assert calls[2:] == [None]
+    seen = []
+
+    def moves():  # a result that follows the thread count, as ATen's GELU on some shapes
+        seen.append(torch.get_num_threads())
+        return torch.full((3,), float(torch.get_num_threads()))
+
+    def holds():
+        seen.append(torch.get_num_threads())
+        return torch.ones(3)
+
+    base = torch.get_num_threads()
+    with spare_thread.raised(), caplog.at_level(logging.INFO, logger="logitjudge"):
+        first = spare_thread.checked(("moves", 1), moves)
+        assert "other bits at" in caplog.text and torch.equal(first, torch.full((3,), float(base)))
+        assert torch.equal(spare_thread.checked(("moves", 1), moves), first)  # checked once, then the base count
+        assert seen == [base, base + 1, base]
+        seen.clear()
+        spare_thread.checked(("holds", 1), holds)
+        spare_thread.checked(("holds", 1), holds)
+        assert seen == [base, base + 1, base + 1]
+    assert spare_thread._SAME_BITS == {("moves", 1, base): False, ("holds", 1, base): True}
+    seen.clear()
+    spare_thread.checked(("moves", 1), moves)  # outside a raised step: as it is
+    assert seen == [base]
+
+
+@pytest.mark.parametrize("route", ["C", "torch"])
+def test_ops_whose_bits_follow_the_count_keep_the_base_count_in_a_raised_step(route, spare, monkeypatch):
+    """The MLP's activation (by the C kernel, the same bits at any count; by torch, paused) and ``F.linear``
+    (checked) inside a raised step give their base-count bits, on shapes where ATen's own would move at the
+    raised count (the judges' MLP widths; 10 rows of a biased 896 x 896 projection, Qwen2's)."""
+    from logitjudge.judge.backends.native_gemms import f_linear
+
+    if route == "C" and cpu_norm.cpu_kernels_status():
+        pytest.skip(cpu_norm.cpu_kernels_status()[:200])
+    monkeypatch.setattr(cpu_norm.ACT_MUL, "candidates", [cpu_norm.ACT_MUL.candidate(route)])
+    monkeypatch.setattr(spare_thread, "_SAME_BITS", {})
+    g = torch.Generator().manual_seed(4)
+    gate_up = torch.randn(101, 8_192, generator=g)
+    gate = gate_up.chunk(2, dim=-1)[0]
+    x, w, bias = torch.randn(10, 896, generator=g), torch.randn(896, 896, generator=g) / 30, torch.randn(896)
+
+    def ours():
+        return cpu_norm.act_mul(gate_up, "gelu_tanh"), cpu_norm.act_mul(gate_up, "silu"), f_linear(x, w, bias)
+
+    base = ours()
+    spare("1")
+    with spare_thread.raised():
+        atens = (F.gelu(gate, approximate="tanh"), F.silu(gate), F.linear(x, w, bias))
+        for _ in range(2):  # the call that checks F.linear, then one that reads the check
+            for a, b in zip(base, ours()):
+                assert torch.equal(a, b)
+    if all(torch.equal(a, b) for a, b in zip(atens, (F.gelu(gate, approximate="tanh"), F.silu(gate),
+                                                     F.linear(x, w, bias)))):
+        pytest.skip("ATen's GELU, SiLU and F.linear give the same bits at both counts on these shapes here")
+
+
+def _groups(lm, text: str):
+    rub = Rubric((likert("Quality", "overall", ["bad", "poor", "fair", "good", "great"]),), "Rate the story.")
+    return [item_prompts(lm, rub, Item("s", text), orderings.balanced(5), Template())]
+
+
+def _held_against_not(lm, groups, spare, monkeypatch) -> int:
+    """The engine's probabilities with no spare, then with every step raised: the same bits. Returns how many
+    GEMM routes ran on the raised count."""
+    spare("0")
+    quiet = Engine(lm).prompt_logprobs(groups)[0]
+    spare("1")
+    raised = []
+    real = spare_thread.checked
+    monkeypatch.setattr(spare_thread, "checked", lambda key, run: real(key, lambda: (
+        raised.append(spare_thread.is_raised()), run())[1]))
+    busy = Engine(lm).prompt_logprobs(groups)[0]
+    assert len(quiet) == len(busy) == 10
+    for a, b in zip(quiet, busy):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    return sum(raised)
+
+
+def test_a_qwen2_shaped_judge_same_bits_with_the_spare(spare, monkeypatch):
+    """Qwen2's biased projections (``F.linear``, whose bits move at some row counts) and a SiLU wide enough for
+    ATen to split it over the threads (rows x 4,096), each kept at the base count where it would move: the plain
+    routes, where both run (on the judges' routes, measured per machine, they may not)."""
+    from logitjudge.judge.backends import native_gemms
+
+    for kernel in (native_gemms.LINEAR, native_gemms.GATE_UP):
+        monkeypatch.setattr(kernel, "candidates", [kernel.candidate("plain")])
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=4_096, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4_096,
+                      tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("proj.bias"):
+                p.normal_(0.0, 0.5)
+    lm = Judge.of(model, tok, "tiny-wide-qwen2", dtype="fp32")
+    groups = _groups(lm, "once upon a time a cat sat on the mat and the dog barked at the moon " * 8)
+    assert _held_against_not(lm, groups, spare, monkeypatch) > 10
 
 
 @pytest.mark.slow
 def test_a_judges_probabilities_same_bits_with_the_spare(gemma_lm, spare, monkeypatch):
-    """The real Gemma-3-270M through the engine, quiet (no spare) then with the spare thread on every kernel that
-    takes it: the routes were decided once (with no spare), and every value is the same bits."""
-    rub = Rubric((likert("Quality", "overall", ["bad", "poor", "fair", "good", "great"]),), "Rate the story.")
-    item = Item("s", "Once upon a time a cat sat on the mat and the dog barked at the moon. " * 6)
-    groups = [item_prompts(gemma_lm, rub, item, orderings.balanced(5), Template())]
-    spare("0")
-    quiet = Engine(gemma_lm).prompt_logprobs(groups)[0]
-    spare("1")
-    taken = []
-    real = spare_thread.threads
-    monkeypatch.setattr(spare_thread, "threads", lambda base: taken.append(base) or real(base))
-    busy = Engine(gemma_lm).prompt_logprobs(groups)[0]
-    assert len(taken) > 100  # the kernels asked (norms, attention, read-out, GEMMs): each was given one more
-    assert len(quiet) == len(busy) == 10
-    for a, b in zip(quiet, busy):
-        assert np.array_equal(np.asarray(a), np.asarray(b))
+    """The real Gemma-3-270M through the engine, quiet (no spare) then with every step raised: the routes were
+    decided once (at the base count), and every value is the same bits."""
+    groups = _groups(gemma_lm, "Once upon a time a cat sat on the mat and the dog barked at the moon. " * 6)
+    assert _held_against_not(gemma_lm, groups, spare, monkeypatch) > 50

@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cpu_tiles.h" /* vf, vexp: the gated MLP's activation */
+
 static inline float row_inv_rms(const float *x, int64_t d, float eps) {
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
@@ -125,6 +127,38 @@ void qk_rope_f32(const float *qkv, int64_t qkv_stride, const float *cos, const f
             float *vo = v + ((b * Hkv + h) * S + s) * D;
 #pragma omp simd
             for (int64_t j = 0; j < D; j++) vo[j] = vh[j];
+        }
+    }
+}
+
+/* The gated MLP's input from its fused gate/up projection: out[r] = act(gu[r, :I]) * gu[r, I:2I], gu rows at
+ * stride gu_stride, out contiguous (rows, I). act 0: GELU-tanh, 1: SiLU, both x * sigmoid(z), with z = x (SiLU)
+ * or z = 2 sqrt(2/pi) (x + 0.044715 x^3) (GELU-tanh, since 0.5 (1 + tanh(y)) = sigmoid(2y)), the sigmoid from
+ * exp(-|z|) (vexp, which takes x <= 0), so no exponent overflows and no 1 + tanh cancels. A row is computed by
+ * one thread, vector by vector, its tail as a zero-padded vector through the same code: a value's bits do not
+ * depend on the thread count (torch's GELU splits the flat range over the threads and computes each share's
+ * tail with its scalar function, so they do). */
+static inline vf vact(vf x, int act) {
+    vf z = act == 0 ? x * (1.5957691216057308f + 0.0713548162726f * (x * x)) : x;
+    vi neg = z < 0.0f;
+    vf e = vexp(vsel(neg, z, -z)); /* exp(-|z|) */
+    return x * vsel(neg, e / (1.0f + e), 1.0f / (1.0f + e));
+}
+
+void act_mul_f32(const float *gu, int64_t gu_stride, float *out, int64_t rows, int64_t inter, int act,
+                 int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gu + r * gu_stride, *u = g + inter;
+        float *o = out + r * inter;
+        int64_t j = 0;
+        for (; j + VW <= inter; j += VW) st(o + j, vact(ld(g + j), act) * ld(u + j));
+        if (j < inter) {
+            float tg[VW] = {0}, tu[VW] = {0}, to[VW];
+            memcpy(tg, g + j, (size_t)(inter - j) * sizeof(float));
+            memcpy(tu, u + j, (size_t)(inter - j) * sizeof(float));
+            st(to, vact(ld(tg), act) * ld(tu));
+            memcpy(o + j, to, (size_t)(inter - j) * sizeof(float));
         }
     }
 }

@@ -9,7 +9,10 @@ these kernels does its job in one pass over a row that stays in L1:
 * :func:`qk_norm_rope` - q/k/v projection -> rms-normed, rotated q and k and v, written in the (B, H, S, D)
   layout that attention reads;
 * Llama's conventions: :func:`add_rms_norm` - ``x + y`` and ``rms_norm(x + y) * w_next`` (no norm of the
-  block's output); :func:`qk_rope` - :func:`qk_norm_rope` without the q/k norms.
+  block's output); :func:`qk_rope` - :func:`qk_norm_rope` without the q/k norms;
+* :func:`act_mul` - the gated MLP's ``act(gate) * up`` (GELU-tanh or SiLU) from the fused gate/up projection, in
+  one pass and with bits that do not depend on the thread count (torch's activations' do:
+  :mod:`.spare_thread`).
 
 Each has a ``*_ref`` (the PyTorch ops the native step function used before, the parity ground truth), a C host
 wrapper (``*_c``) and a dispatcher (:mod:`.dispatch`) that runs whichever of the two measured faster on this
@@ -44,7 +47,9 @@ _SIGNATURES = (
                           c_int), None),
     ("add_rms_norm_f32", (f32p, f32p, f32p, f32p, f32p, i64, i64, f32, c_int), None),
     ("qk_rope_f32", (f32p, i64, f32p, f32p, f32p, f32p, f32p, i64, i64, i64, i64, i64, c_int), None),
+    ("act_mul_f32", (f32p, i64, f32p, i64, i64, c_int, c_int), None),
 )
+ACTIVATIONS = ("gelu_tanh", "silu")  # act_mul's activations, in the C kernel's numbering
 
 
 # ------------------------------------------------------------------------------------------------ references
@@ -250,6 +255,34 @@ QK_ROPE = Kernel("qk_rope", [Candidate("C", qk_rope_c, _rope_refusal, native=Tru
                  exact=qk_rope_ref)
 
 
+def act_mul_ref(gate_up: torch.Tensor, act: str) -> torch.Tensor:
+    """(..., 2 I) -> (..., I): ``act(gate) * up`` with gate the first half, up the second; torch's GELU-tanh or
+    SiLU in fp32 (float64 for float64 inputs), returned in the input's dtype."""
+    gate, up = wide(gate_up).chunk(2, dim=-1)
+    a = F.gelu(gate, approximate="tanh") if act == "gelu_tanh" else F.silu(gate)
+    return (a * up).to(gate_up.dtype)
+
+
+def act_mul_c(gate_up: torch.Tensor, act: str, *, target: str = _cbuild.TARGET) -> torch.Tensor:
+    """:func:`act_mul_ref` by the C kernel."""
+    x2, stride = _rows(gate_up.float())
+    inter = x2.shape[-1] // 2
+    out = torch.empty(x2.shape[0], inter)
+    _library(target)[0].act_mul_f32(ptr(x2), stride, ptr(out), x2.shape[0], inter, ACTIVATIONS.index(act),
+                                    _cbuild.threads_for(x2.numel(), PARALLEL_MIN))
+    return out.view(*gate_up.shape[:-1], inter).to(gate_up.dtype)
+
+
+def _act_bucket(gate_up, act) -> str:
+    return f"{_bucket(gate_up)}, {act}"
+
+
+ACT_MUL = Kernel("act_mul", [Candidate("C", act_mul_c, lambda gu, act: _refusal(gu), native=True),
+                             Candidate("torch", act_mul_ref)],
+                 reference="torch", bucket=_act_bucket, error=max_abs, tolerance=_TOL,
+                 work=lambda gu, act: 3 * gu.numel() // 2 * gu.element_size(), unit="GB/s", exact=act_mul_ref)
+
+
 # ------------------------------------------------------------------------------------------------ dispatchers
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """:func:`rms_norm_ref`, by the C kernel or the reference: whichever measured faster here (:data:`RMS_NORM`)."""
@@ -298,3 +331,12 @@ def qk_rope(qkv, cos, sin, *, heads: int, kv_heads: int):
     if qkv.shape[-1] != (heads + 2 * kv_heads) * D:
         raise ValueError(f"qkv width {qkv.shape[-1]} is not (heads {heads} + 2 x kv_heads {kv_heads}) x head_dim {D}")
     return QK_ROPE(qkv, cos, sin, heads=heads, kv_heads=kv_heads)
+
+
+def act_mul(gate_up: torch.Tensor, act: str) -> torch.Tensor:
+    """:func:`act_mul_ref`, by the C kernel or the reference (:data:`ACT_MUL`)."""
+    if act not in ACTIVATIONS:
+        raise ValueError(f"activation {act!r} is not one of {ACTIVATIONS}")
+    if gate_up.shape[-1] % 2:
+        raise ValueError(f"a fused gate/up output has an even width, not {gate_up.shape[-1]}")
+    return ACT_MUL(gate_up, act)

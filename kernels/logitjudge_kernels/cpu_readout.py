@@ -9,7 +9,7 @@ half the call on an AVX-512 Zen 5) and reuses attention's register tile (``cpu_t
 read rows, exp and sum in the same pass (``benchmarks/kernel_speed.py``: 1.3x the full-logits path at 10-64 rows; on
 8x350 the time outside the engine's step function went from 0.56 to 0.24 s, ``benchmarks/breakdown.py``). The
 vocabulary blocks are summed in 12 fixed lanes combined in order, so a result has the same bits at any thread
-count (a spare thread joins while the machine is busy, :mod:`.spare_thread`). Built by :mod:`._cbuild`; no
+count (a step runs one thread more while the machine is busy, :mod:`.spare_thread`). Built by :mod:`._cbuild`; no
 soft-capping (that goes to the reference). Tolerance against the reference: 1e-5
 absolute on the log-sum-exp.
 

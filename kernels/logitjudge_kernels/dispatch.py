@@ -88,7 +88,7 @@ def sources_hash() -> str:
 
 def machine_key(*, threads: int | None = None, flags: str | None = None) -> dict:
     """What a measured decision holds for: CPU model, feature flags, thread count, torch, sources, build target."""
-    return dict(_machine_key(int(threads or torch.get_num_threads()), flags))
+    return dict(_machine_key(int(threads or spare_thread.base_threads()), flags))
 
 
 @functools.cache
@@ -243,12 +243,16 @@ def record(kernel: str, impl: str, bucket: str, decision: dict) -> None:
 @dataclass(frozen=True)
 class Candidate:
     """One implementation: ``fn(*args, **kw)``; ``refusal(*args, **kw)`` -> None where it applies, else why not;
-    ``native``: a C kernel (forced by LOGITJUDGE_CPU_KERNELS=1, never run with 0)."""
+    ``native``: a C kernel (forced by LOGITJUDGE_CPU_KERNELS=1, never run with 0); ``spare``: its bits do not
+    depend on torch's thread count (a C kernel: by construction), or it checks that itself
+    (``spare_thread.checked``), so inside a raised step it runs on the raised count; any other runs paused at the
+    base count (:mod:`.spare_thread`)."""
 
     name: str
     fn: Callable
     refusal: Callable = lambda *a, **k: None
     native: bool = False
+    spare: bool = False
 
 
 def pow2_bucket(n: int) -> str:
@@ -317,7 +321,7 @@ class Kernel:
         if len(usable) == 1:
             return usable[0], bucket, {"choice": usable[0].name, "why": "the only one that applies",
                                        "refused": refused}
-        threads = torch.get_num_threads()
+        threads = spare_thread.base_threads()  # a raised step takes the routes measured at the base count
         names = tuple(c.name for c in usable)
         memo = self._memo.get((threads, bucket, names))
         if memo is None:
@@ -345,7 +349,7 @@ class Kernel:
         where ``typical`` (else the minimum discards that slower first run), before any timed round, so the inner
         kernels have decided every bucket these calls touch before the timed rounds run them; nothing run while
         measuring is recorded as run. No spare thread while measuring (:mod:`.spare_thread`): decisions are keyed
-        by torch's thread count and hold at it."""
+        by torch's base thread count and measured at it."""
         with _unrecorded(), spare_thread.paused():
             return self._measure(usable, args, kw)
 
@@ -422,7 +426,10 @@ class Kernel:
     def __call__(self, *args, **kw):
         pick, bucket, decision = self.choose(*args, **kw)
         record(self.name, pick.name, bucket, decision)
-        return pick.fn(*args, **kw)
+        if pick.native or pick.spare or not spare_thread.is_raised():
+            return pick.fn(*args, **kw)
+        with spare_thread.paused():
+            return pick.fn(*args, **kw)
 
 
 def to_float64(obj):

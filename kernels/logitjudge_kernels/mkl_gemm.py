@@ -12,27 +12,22 @@ value; tests/test_gemm_routes.py computes 1 to 2,000 rows on one copy against th
 dispatcher's exactness gate judges each bucket of row counts on its own calls before the route is chosen).
 Where torch has no MKL (ARM builds) :func:`available` is False and the route is refused.
 
-While another process takes a core it, and the plain route's ``F.linear`` (MKL's unpacked GEMM), run on one
-thread more than torch's (:mod:`.spare_thread`, MKL's own count for this Python thread's calls only:
-:func:`with_spare`) where that gives the same bits: checked once per process for each
-weight shape and power-of-two bucket of row counts, on the call itself (both results computed; the base one
-returned). MKL splits rows and columns over its threads, not the sum, on the judges' shapes: the same bits at 1
-to 4 threads on 8 weights x 10 row counts of gemma-3-270m and Qwen2.5-Coder-0.5B (tests/test_spare_thread.py).
+Inside a step raised by one thread while another process takes a core (:mod:`.spare_thread`) it runs on the
+raised count where that gives the same bits (``spare_thread.checked``: once per process for each weight shape
+and power-of-two bucket of row counts). MKL splits rows and columns over its threads, not the sum, on the
+judges' shapes: the same bits at 1 to 4 threads on 8 weights x 10 row counts of gemma-3-270m and
+Qwen2.5-Coder-0.5B (tests/test_spare_thread.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
-import logging
 from pathlib import Path
 
 import torch
 
 from . import spare_thread
-
-log = logging.getLogger("logitjudge")
 
 ROW_MAJOR, NO_TRANS, TRANS, PACKED, B_MATRIX = 101, 111, 112, 151, 162  # MKL's CBLAS enum values
 PACK_ROWS = 256  # the row-count hint the copy is packed for (the engine's calls: tens to 1,024 rows)
@@ -51,9 +46,6 @@ def library():
     size.restype, size.argtypes = ctypes.c_size_t, [i] * 4
     pack.argtypes = [i] * 6 + [f, p, i, p]
     compute.argtypes = [i] * 6 + [p, i, p, i, f, p, i]
-    local = getattr(lib, "MKL_Set_Num_Threads_Local", None)  # the C name: mkl_set_num_threads_local here is
-    if local is not None:  # the Fortran one, which takes a pointer
-        local.restype, local.argtypes = i, [i]
     return lib
 
 
@@ -74,63 +66,24 @@ def pack(w: torch.Tensor, rows: int = PACK_ROWS) -> torch.Tensor:
     return buf
 
 
-_SAME_BITS: dict[tuple, bool] = {}  # (route, out, in, row bucket, base threads, spare threads) -> same bits at both
-
-
 def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
            bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x . W^T (+ bias)`` on W's packed copy. x (M, in) fp32 -> (M, out). With a bias, C starts as the bias
     row (beta 1), as torch's own packed route (``mkl::_mkl_linear``) does."""
     x = x.contiguous()
-    return with_spare(("packed", out_features, x.shape[1], x.shape[0]),
-                      lambda threads: _compute(x, packed, out_features, bias, threads))
+    m, d = x.shape
+    return spare_thread.checked(("mkl packed", out_features, d, 1 << max(0, m - 1).bit_length()),
+                                lambda: _compute(x, packed, out_features, bias))
 
 
-def with_spare(shape: tuple, run) -> torch.Tensor:
-    """``run(threads)``, an MKL call (``threads``: MKL's count for this Python thread's call; None: torch's), on
-    the spare thread where it gives the same bits as at torch's count for ``shape`` ((route, out, in, rows)):
-    checked on the first such call of each route, weight shape and power-of-two bucket of rows, which returns the
-    result at torch's count."""
-    base = torch.get_num_threads()
-    spare = spare_thread.threads(base)
-    if spare == base or not available() or getattr(library(), "MKL_Set_Num_Threads_Local", None) is None:
-        return run(None)
-    route, out, d, m = shape
-    key = (route, out, d, 1 << max(0, m - 1).bit_length(), base, spare)
-    same = _SAME_BITS.get(key)
-    if same is None:  # both, the base result returned
-        y = run(None)
-        same = _SAME_BITS[key] = torch.equal(y, run(spare))
-        if not same:
-            log.info("MKL's %s GEMM %s rows x %s -> %s: other bits at %s threads than at %s; it keeps %s",
-                     route, m, d, out, spare, base, base)
-        return y
-    return run(spare if same else None)
-
-
-@contextlib.contextmanager
-def mkl_threads(threads: int | None):
-    """MKL's thread count for this Python thread's calls inside (None: torch's)."""
-    lib = library() if threads else None
-    if lib is not None:
-        lib.MKL_Set_Num_Threads_Local(threads)
-    try:
-        yield
-    finally:
-        if lib is not None:
-            lib.MKL_Set_Num_Threads_Local(0)  # back to MKL's global count (torch's)
-
-
-def _compute(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None,
-             threads: int | None = None) -> torch.Tensor:
-    """One ``cblas_sgemm_compute`` (``threads``: MKL's count for this Python thread's call; None: torch's)."""
+def _compute(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> torch.Tensor:
+    """One ``cblas_sgemm_compute`` on MKL's count (torch's)."""
     m, d = x.shape
     y = torch.empty(m, out_features, dtype=x.dtype)
     if bias is not None:
         y.copy_(bias)  # a new buffer: C is written in place, and bias.expand(1, n).contiguous() would be bias itself
     if not m:
         return y
-    with mkl_threads(threads):
-        library().cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, m, out_features, d, x.data_ptr(), d,
-                                      packed.data_ptr(), d, 0.0 if bias is None else 1.0, y.data_ptr(), out_features)
+    library().cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, m, out_features, d, x.data_ptr(), d,
+                                  packed.data_ptr(), d, 0.0 if bias is None else 1.0, y.data_ptr(), out_features)
     return y

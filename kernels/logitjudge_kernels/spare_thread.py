@@ -1,23 +1,37 @@
-"""One thread more than torch's, for the kernels whose results do not depend on their thread count, while another
-process takes CPU time on the CPUs this one runs on (issue 55: fast on a busy machine too).
+"""One thread more than torch's for the native step, while another process takes CPU time on the CPUs this one
+runs on (issue 55: fast on a busy machine too), with the same bits as without it.
 
 Why: on a 2-core machine beside one busy process, a 2-thread run goes at about its 1-thread speed (the busy
-process keeps a core; the judge's two threads share the other). Three threads for the whole process got 1.60x
-its 2-thread quiet time instead of 1.8-1.9x, but torch's other ops and oneDNN are not checked for the same bits
-at 2 and 3 threads. This thread, in the checked kernels only, bought 3% of the busy time on Qwen2.5-Coder-0.5B and
-nothing measurable on gemma-3-270m (docs/performance.md, "A spare thread while the machine is busy"); a third
-thread on a quiet machine costs (+17% on gemma), so it is held only while another process runs.
+process keeps a core; the judge's two threads share the other); with three threads the judge's share of the
+CPUs is larger. A third thread on a quiet machine costs (+17-19% on gemma-3-270m), so it is held only while
+another process runs.
 
-Same bits: only kernels that compute every output element on one thread, in an order that does not depend on the
-thread count, take it: the C norms (a row per thread), attention (a (row block, head) per thread), the read-out
-(fixed lanes of vocabulary blocks, combined in order) and MKL's GEMMs (its packed route, and ``F.linear``, which
-is MKL's on x86 CPUs) where this process has checked that they give the same bits at both counts for the shape
-(``mkl_gemm.with_spare``). Everything else (torch's other ops, oneDNN) keeps torch's count, and the
-dispatcher's decisions are keyed by torch's count and measured with no spare thread (:func:`paused`), so a
-run's probabilities are the same bits busy or quiet.
+How: the whole step runs with torch's count raised by one (:func:`raised`), so every OpenMP region in it has
+the same team. libgomp ends the threads a smaller team leaves out and creates them again for a larger one: a
+third thread in some regions only (the first design, the checked kernels alone) cost a thread creation per
+region, ~0.4 ms each (measured: 500 alternations of a 3- and a 2-thread region made 500 threads), and bought
+nothing measurable on gemma-3-270m.
+
+Same bits: inside a raised step an op runs on the raised count only where its bits do not depend on the count:
+
+* by construction: the C norms and the gated MLP's activation (``cpu_norm.act_mul``: a row per thread),
+  attention (a (row block, head) per thread) and read-out (fixed lanes of vocabulary blocks, combined in order);
+  copies, gathers and IEEE-exact elementwise ops (add, mul, the embedding);
+* checked (:func:`checked`): MKL's and oneDNN's GEMMs, per route, weight shape and power-of-two bucket of rows,
+  on the first such call in the process (computed at both counts, the base result returned), kept at the base
+  count where the bits differ (``F.linear`` does, on 23 of 80 of the judges' shapes, mostly under 96 rows);
+* everything else at torch's base count (:func:`paused`): torch's elementwise functions (cos/sin of the rotary
+  tables; GELU, SiLU and rsqrt in torch's routes of the C kernels: ATen splits the flat range over the threads
+  and computes each share's tail with its scalar function, so where the shares end, and with it some values'
+  bits, depends on the count: measured, ATen's GELU gave other bits at 3 threads than at 2 in 283 of 444 calls
+  of gemma-3-270m's MLP, its SiLU in 661 of 1,154 of Qwen2.5-Coder-0.5B's) and the last layer's attention of
+  the read positions.
+
+The dispatcher measures with the spare paused and keys its decisions by the base count, so routes and bits are
+the same busy or quiet (tests/test_spare_thread.py: the real gemma-3-270m, held against not).
 
 When: the CPU time the machine's other processes took on this process's CPUs (``/proc/stat`` minus this
-process's own time, over at least :data:`INTERVAL` seconds, sampled when a kernel asks) is at least
+process's own time, over at least :data:`INTERVAL` seconds, read when a step starts) is at least
 :data:`ON_CORES` of a core; it is given back below :data:`OFF_CORES`. Only where torch's threads already fill the
 CPUs this process may run on (else a free CPU is there to take). ``LOGITJUDGE_SPARE_THREAD``: ``auto`` (default),
 ``0`` never, ``1`` always (tests and benchmarks).
@@ -31,6 +45,8 @@ import os
 import threading
 import time
 
+import torch
+
 log = logging.getLogger("logitjudge")
 
 ENV = "LOGITJUDGE_SPARE_THREAD"
@@ -38,7 +54,8 @@ INTERVAL = 0.25  # seconds between two readings of the counters (their unit is 1
 ON_CORES = 0.4  # others' share of a core that takes the spare thread: one busy process leaves ~0.5-0.67 of one
 OFF_CORES = 0.2  # ... and below which it is given back (a quiet machine's daemons: ~0.0-0.05)
 
-_state = threading.local()  # paused depth, per Python thread
+_state = threading.local()  # per Python thread: .base (torch's count before a raised step), .paused (depth)
+_SAME_BITS: dict[tuple, bool] = {}  # checked(): (route, shape..., row bucket, base count) -> same bits raised
 _lock = threading.Lock()
 _held = False
 _last: tuple[float, float, float] | None = None  # (wall s, busy CPU s of our CPUs, this process's CPU s)
@@ -51,26 +68,81 @@ def mode() -> str:
     return m
 
 
-def threads(base: int) -> int:
-    """The thread count for a thread-invariant kernel: ``base`` (torch's), or one more while the spare is held."""
-    if getattr(_state, "paused", 0):
-        return base
+def take(base: int) -> bool:
+    """Whether a step of ``base`` threads takes one more now (the mode, and in ``auto`` the machine's load)."""
     m = mode()
-    if m == "1":
-        return base + 1
-    if m == "0":
-        return base
-    return base + 1 if _follow(base) else base
+    return m == "1" or (m == "auto" and _follow(base))
+
+
+def base_threads() -> int:
+    """torch's thread count outside a raised step (the count routes are measured and keyed by)."""
+    return getattr(_state, "base", None) or torch.get_num_threads()
+
+
+def is_raised() -> bool:
+    """Inside a raised step, and not paused."""
+    return getattr(_state, "base", None) is not None and not getattr(_state, "paused", 0)
+
+
+@contextlib.contextmanager
+def raised():
+    """A native step: torch's thread count one more inside while the spare is taken (:func:`take`), else as it
+    is. Nested, paused or taken: unchanged."""
+    base = torch.get_num_threads()
+    if getattr(_state, "base", None) is not None or getattr(_state, "paused", 0) or not take(base):
+        yield
+        return
+    _state.base = base
+    torch.set_num_threads(base + 1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(base)
+        _state.base = None
 
 
 @contextlib.contextmanager
 def paused():
-    """No spare thread inside (the dispatcher measures its routes at torch's own thread count)."""
+    """torch's base count inside (an op whose bits depend on the count; the dispatcher's measurements)."""
+    base = getattr(_state, "base", None)
+    lower = base is not None and not getattr(_state, "paused", 0)
     _state.paused = getattr(_state, "paused", 0) + 1
+    if lower:
+        torch.set_num_threads(base)
     try:
         yield
     finally:
         _state.paused -= 1
+        if lower:
+            torch.set_num_threads(base + 1)
+
+
+def checked(key: tuple, run):
+    """``run()`` at the raised count where this process found, on the first call of ``key`` (a route, its
+    weight shape and a bucket of rows), the same bits at both counts (that call computes both and returns the
+    base result); else at the base count. Outside a raised step: ``run()``."""
+    if not is_raised():
+        return run()
+    key = (*key, _state.base)
+    same = _SAME_BITS.get(key)
+    if same is None:
+        with paused():
+            base = run()
+        same = _SAME_BITS[key] = _equal(base, run())
+        if not same:
+            log.info("%s: other bits at %d threads than at %d; it keeps %d", key[:-1], _state.base + 1,
+                     _state.base, _state.base)
+        return base
+    if same:
+        return run()
+    with paused():
+        return run()
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return torch.equal(a, b)
 
 
 def others_cores(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
@@ -103,7 +175,7 @@ def _follow(base: int) -> bool:
             if next_held(_held, others) != _held:
                 _held = not _held
                 log.info("other processes took %.2f of a core: %s", others,
-                         "one thread more for the thread-invariant kernels" if _held else "spare thread given back")
+                         "one thread more for each native step" if _held else "spare thread given back")
         _last = reading
     return _held
 

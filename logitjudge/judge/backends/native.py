@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 
+from logitjudge_kernels import spare_thread
+
 from ...errors import ModeError
 from ..hooks import parse_hook
 from .base import Backend
@@ -82,7 +84,10 @@ class NativeBackend(Backend):
             self.batch_tokens = CPU_BATCH_TOKENS
 
     def _forward(self, ids, groups, lengths, read, capture):
-        return self.step(ids, groups, capture=capture, select=read)
+        if self.device.type != "cpu" or self.step.hook_fns:  # a probe's functions may run any op: torch's count
+            return self.step(ids, groups, capture=capture, select=read)
+        with spare_thread.raised():  # one thread more while another process takes a core, the same bits
+            return self.step(ids, groups, capture=capture, select=read)
 
     @contextlib.contextmanager
     def hooks(self, fns: dict):

@@ -30,8 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from logitjudge_kernels import shared_prefix_attention
+from logitjudge_kernels import shared_prefix_attention, spare_thread
 from logitjudge_kernels.cpu_norm import (
     add_rms_norm,
     qk_norm_rope,
@@ -44,7 +43,7 @@ from logitjudge_kernels.cpu_norm import (
 from ...errors import ModeError
 from ..hooks import attention_probs
 from ..prefix import PrefixKV
-from .native_gemms import GatedMLP, Weight, gemm_route, mlp_down, packing_available
+from .native_gemms import GatedMLP, Weight, f_linear, gemm_route, mlp_down, packing_available
 
 # attention implementations that compute standard softmax attention (what the native step computes); a model
 # set to another (a registered function of its own) may add what no config declares, and is refused
@@ -197,11 +196,12 @@ class NativeStep:
         """The last layer pruned to the read positions: keys/values for all positions (for later tokens),
         queries, attention, output projection and MLP only at ``select``."""
         H, D = self.heads, self.head_dim
-        _, k, v = self._qkv(lw, F.linear(h, *lw.w_qkv.rows(H * D, lw.w_qkv.weight.shape[0], h.dtype)), cos, sin, 0)
+        kv = f_linear(h.reshape(-1, h.shape[-1]), *lw.w_qkv.rows(H * D, lw.w_qkv.weight.shape[0], h.dtype))
+        _, k, v = self._qkv(lw, kv.view(*h.shape[:-1], -1), cos, sin, 0)
         if capture:
             captured.append((k, v))
         rows, offs = select
-        qs = F.linear(h[rows, offs], *lw.w_qkv.rows(0, H * D, h.dtype)).view(-1, H, D)
+        qs = f_linear(h[rows, offs], *lw.w_qkv.rows(0, H * D, h.dtype)).view(-1, H, D)
         if lw.q_norm is not None:
             qs = rms_norm(qs, lw.q_norm, self.eps)
         qs = rotate_ref(qs, cos[rows, offs, None], sin[rows, offs, None])
@@ -210,8 +210,9 @@ class NativeStep:
         for pre, n in groups:
             mine = (rows >= a) & (rows < a + n)
             kp, vp = pre.layer(i, k)
-            o[mine] = attend_selected(qs[mine], rows[mine] - a, offs[mine], kp, vp, k[a:a + n], v[a:a + n],
-                                      scale=self.scale, window=lw.window, softcap=self.softcap)
+            with spare_thread.paused():  # torch's softmax and tanh: at the base count (spare_thread)
+                o[mine] = attend_selected(qs[mine], rows[mine] - a, offs[mine], kp, vp, k[a:a + n], v[a:a + n],
+                                          scale=self.scale, window=lw.window, softcap=self.softcap)
             a += n
         _, h = self._block_tail(lw, x[rows, offs], o.reshape(len(rows), H * D), w_next)
         return h, captured
@@ -230,7 +231,8 @@ class NativeStep:
         x = self.embed(ids)  # (B, S, d)
         if self.route == "bf16_upcast":  # bf16 weights on fp32 FMAs: activations stay fp32, no casts per op
             x = x.float()
-        ropes = self.ropes(x, pos)  # once per call: {key: (cos, sin)}, each (B, S, D)
+        with spare_thread.paused():  # cos/sin: at the base count in a raised step (spare_thread)
+            ropes = self.ropes(x, pos)  # once per call: {key: (cos, sin)}, each (B, S, D)
         captured = [] if capture else None
         H = self.heads
         h = rms_norm(x, self.layers[0].ln_in, self.eps)

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from logitjudge_kernels import mkl_gemm
+from logitjudge_kernels import mkl_gemm, spare_thread
+from logitjudge_kernels.cpu_norm import act_mul, act_mul_ref
 from logitjudge_kernels.dispatch import Candidate, Kernel, max_abs, scaled_tolerance
 
 from ...errors import ModeError
@@ -207,34 +208,32 @@ def _mkl_refusal(w, x) -> str | None:
     return None if mkl_gemm.available() else "torch here has no MKL (cblas_sgemm_compute)"
 
 
-def _act(name: str, gate: torch.Tensor) -> torch.Tensor:
-    return F.gelu(gate, approximate="tanh") if name == "gelu_tanh" else F.silu(gate)
-
-
 def linear_plain(w: Weight, x: torch.Tensor) -> torch.Tensor:
     """``F.linear`` on the weight as it is (the reference). x (M, in) -> (M, out). An ``upcast`` weight runs in
     fp32 (the bf16 values converted per call): the same math as its packed fp32 copy."""
     if w.upcast:
-        return F.linear(x.float(), w.weight.float(), w.bias).to(x.dtype)
-    return _f_linear(x, w.weight, w.bias)
+        return f_linear(x.float(), w.weight.float(), w.bias).to(x.dtype)
+    return f_linear(x, w.weight, w.bias)
 
 
-def _f_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear``; in fp32 on CPU, where it is MKL's GEMM, on the spare thread where its bits hold
-    (``mkl_gemm.with_spare``). x (M, in) -> (M, out)."""
-    if x.dtype != torch.float32 or x.device.type != "cpu":
-        return F.linear(x, weight, bias)
+def _rows_pow2(x: torch.Tensor) -> int:
+    return 1 << max(0, x.shape[0] - 1).bit_length()
 
-    def run(threads: int | None) -> torch.Tensor:
-        with mkl_gemm.mkl_threads(threads):
-            return F.linear(x, weight, bias)
 
-    return mkl_gemm.with_spare(("plain", weight.shape[0], x.shape[-1], x.shape[0]), run)
+def f_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` (on CPU in fp32, MKL's GEMM), on a raised step's count where its bits hold there
+    (``spare_thread.checked``). x (M, in) -> (M, out)."""
+    return spare_thread.checked(("plain", *weight.shape, str(x.dtype), _rows_pow2(x)),
+                                lambda: F.linear(x, weight, bias))
 
 
 def linear_packed(w: Weight, x: torch.Tensor) -> torch.Tensor:
-    """oneDNN's GEMM on the packed copy. x (M, in) -> (M, out)."""
-    out = torch.ops.mkldnn._linear_pointwise(x.float() if w.upcast else x, w.packed, w.bias, "none", [], "")
+    """oneDNN's GEMM on the packed copy (on a raised step's count where its bits hold there). x (M, in) ->
+    (M, out)."""
+    xs = x.float() if w.upcast else x
+    out = spare_thread.checked(
+        ("packed", *w.weight.shape, str(xs.dtype), _rows_pow2(x)),
+        lambda: torch.ops.mkldnn._linear_pointwise(xs, w.packed, w.bias, "none", [], ""))
     return out.to(x.dtype) if w.upcast else out
 
 
@@ -255,33 +254,34 @@ def _linear_bucket(w: Weight, x: torch.Tensor) -> str:
 
 
 def gate_up_plain(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
-    """``act(x W_gate^T) * (x W_up^T)`` as one plain GEMM, then the activation and the product (the reference).
-    x (M, d) -> (M, I)."""
+    """``act(x W_gate^T) * (x W_up^T)`` as one plain GEMM, then the activation and the product in one pass
+    (``cpu_norm.act_mul``: its C kernel or torch's, whichever measured faster) (the reference). x (M, d) -> (M, I)."""
     w, xs = (mlp.weight.float(), x.float()) if mlp.upcast else (mlp.weight, x)
-    gate, up = _f_linear(xs, w).chunk(2, dim=-1)
-    return _act(mlp.act, gate).mul_(up).to(x.dtype)  # the activation's output is a new tensor: mul_ is safe
+    return act_mul(f_linear(xs, w), mlp.act).to(x.dtype)
 
 
 def gate_up_packed(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
     """The activation in the gate GEMM's epilogue, the product in the up GEMM's. x (M, d) -> (M, I)."""
     xs = x.float() if mlp.upcast else x
     post, algorithm = ACTIVATIONS[mlp.act]
-    gate = torch.ops.mkldnn._linear_pointwise(xs, mlp.gate.packed, None, post, [], algorithm)
-    out = torch.ops.mkldnn._linear_pointwise.binary(xs, gate, mlp.up.packed, None, "mul")
+
+    def run() -> torch.Tensor:
+        gate = torch.ops.mkldnn._linear_pointwise(xs, mlp.gate.packed, None, post, [], algorithm)
+        return torch.ops.mkldnn._linear_pointwise.binary(xs, gate, mlp.up.packed, None, "mul")
+
+    out = spare_thread.checked(("packed epilogues", *mlp.weight.shape, mlp.act, str(xs.dtype), _rows_pow2(x)), run)
     return out.to(x.dtype) if mlp.upcast else out
 
 
 def gate_up_mkl(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
     """The fused gate/up GEMM on MKL's packed copy, then the activation and the product as in
     :func:`gate_up_plain`. x (M, d) -> (M, I)."""
-    gate, up = mkl_gemm.linear(x, mlp.mkl_packed, mlp.weight.shape[0]).chunk(2, dim=-1)
-    return _act(mlp.act, gate).mul_(up)
+    return act_mul(mkl_gemm.linear(x, mlp.mkl_packed, mlp.weight.shape[0]), mlp.act)
 
 
 def gate_up_exact(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
     """The float64 truth (``x`` float64)."""
-    gate, up = F.linear(x, mlp.weight.double()).chunk(2, dim=-1)
-    return _act(mlp.act, gate) * up
+    return act_mul_ref(F.linear(x, mlp.weight.double()), mlp.act)
 
 
 def _gate_up_bucket(mlp: GatedMLP, x: torch.Tensor) -> str:
@@ -295,13 +295,15 @@ def _gate_up_bucket(mlp: GatedMLP, x: torch.Tensor) -> str:
 # decides (``typical``), as for the MLP's row blocks: the routes differ in how much other load slows them.
 GEMM_MEASURING = dict(error=max_abs, tolerance=scaled_tolerance(1e-5), typical=True, repeats=7)
 LINEAR = Kernel(
-    "linear", [Candidate("packed", linear_packed, _packed_refusal), Candidate("plain", linear_plain),
-               Candidate("mkl packed", linear_mkl, _mkl_refusal)],
+    "linear", [Candidate("packed", linear_packed, _packed_refusal, spare=True),
+               Candidate("plain", linear_plain, spare=True),
+               Candidate("mkl packed", linear_mkl, _mkl_refusal, spare=True)],
     reference="plain", bucket=_linear_bucket, work=lambda w, x: 2 * x.shape[0] * w.weight.numel(),
     exact=linear_exact, **GEMM_MEASURING)
 GATE_UP = Kernel(
-    "gate_up", [Candidate("packed epilogues", gate_up_packed, _packed_refusal),
-                Candidate("plain", gate_up_plain), Candidate("mkl packed", gate_up_mkl, _mkl_refusal)],
+    "gate_up", [Candidate("packed epilogues", gate_up_packed, _packed_refusal, spare=True),
+                Candidate("plain", gate_up_plain, spare=True),
+                Candidate("mkl packed", gate_up_mkl, _mkl_refusal, spare=True)],
     reference="plain", bucket=_gate_up_bucket, work=lambda mlp, x: 2 * x.shape[0] * mlp.weight.numel(),
     exact=gate_up_exact, **GEMM_MEASURING)
 
@@ -350,8 +352,8 @@ def _mlp_bucket(mlp, down, h) -> str:
 
 MLP_DOWN = Kernel(
     "mlp_rows",
-    [Candidate("whole", mlp_whole)] + [Candidate(f"blocks of {r}", _in_blocks(r), _block_refusal(r))
-                                       for r in MLP_ROW_BLOCKS],
+    [Candidate("whole", mlp_whole, spare=True)]
+    + [Candidate(f"blocks of {r}", _in_blocks(r), _block_refusal(r), spare=True) for r in MLP_ROW_BLOCKS],
     reference="whole", bucket=_mlp_bucket, error=max_abs, tolerance=scaled_tolerance(1e-5),
     work=lambda mlp, down, h: 2 * h.shape[0] * (mlp.weight.numel() + down.weight.numel()), exact=mlp_exact,
     # blocks and the whole call differ by 5-20%, and by how much other load on the machine slows them: the whole
