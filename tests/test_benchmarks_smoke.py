@@ -11,7 +11,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import breakdown, floor, judge_model, mlp_rows, peers, probe, shared_path, timing, workloads
+from benchmarks import (
+    breakdown,
+    floor,
+    judge_model,
+    mlp_rows,
+    peers,
+    probe,
+    shared_path,
+    spare_thread,
+    timing,
+    workloads,
+)
 from logitjudge.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,6 +236,29 @@ def test_shared_path_times_each_min_shared_against_the_peer(tiny_lm, tmp_path, m
     assert pure["tokens"] == wl.trie_tokens <= auto["tokens"] <= whole["tokens"]
     assert whole["forward_calls"] < pure["forward_calls"]
     assert all(r["max_abs_dp"] < 1e-5 for r in got["rows"]) and "hf-prefix-cache" in rows
+
+
+def test_spare_thread_benchmark_times_every_setting_and_puts_the_real_step_back(tiny_lm, tmp_path, monkeypatch):
+    """benchmarks/spare_thread.py: every setting timed busy (never and auto quiet too) in alternating rounds, the
+    pinned team built and run, and afterwards the library's own raised/paused/checked in place. The load is a
+    stand-in here (tests/test_benchmarks_smoke.py tests the real one). No timing asserted."""
+    import contextlib
+    import json
+
+    from logitjudge_kernels import spare_thread as real
+
+    wl = workloads.build("1x350", tiny_lm)
+    monkeypatch.setattr(workloads, "load", lambda *a, **kw: (tiny_lm, {"1x350": wl}))
+    monkeypatch.setattr(spare_thread.load, "busy", lambda *a: contextlib.nullcontext({"cpu_share": [0.9]}))
+    monkeypatch.setenv(real.ENV, "auto")
+    before = (real.raised, real.paused, real.checked)
+    out = tmp_path / "st.json"
+    assert spare_thread.main(["--rounds", "1", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())["settings"]
+    assert list(got) == list(spare_thread.SETTINGS)
+    assert all(len(got[s]["busy_s"]) == 1 for s in got)
+    assert [bool(got[s]["quiet_s"]) for s in got] == [True, True, False, False]
+    assert (real.raised, real.paused, real.checked) == before
 
 
 def test_default_judge_resolves_to_its_checkpoint_and_gguf():
