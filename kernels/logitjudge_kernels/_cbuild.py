@@ -120,10 +120,10 @@ def load(source: Path, signatures: tuple, target: str = TARGET) -> tuple[ctypes.
 
 def threads_for(work: int, min_work: int) -> int:
     """torch's thread count (one more inside a step raised while another process takes a core:
-    :mod:`.spare_thread`), or 1 for a call
-    under ``min_work``: an OpenMP region costs a fork and a join, and on a machine that other processes share, a
-    join waits for a descheduled thread (milliseconds, not microseconds). Only for kernels whose results do not
-    depend on the thread count they ran on (each output element computed by one thread, in a fixed order)."""
+    :mod:`.spare_thread`), or 1 for a call under ``min_work``: an OpenMP region costs a fork and a join, and on a
+    machine that other processes share, a join waits for a descheduled thread (milliseconds, not microseconds).
+    Only for kernels whose results do not depend on the thread count they ran on (each output element computed
+    by one thread, in a fixed order)."""
     return torch_threads() if work >= min_work else 1
 
 

@@ -72,7 +72,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
     row (beta 1), as torch's own packed route (``mkl::_mkl_linear``) does."""
     x = x.contiguous()
     m, d = x.shape
-    return spare_thread.checked(("mkl packed", out_features, d, 1 << max(0, m - 1).bit_length()),
+    return spare_thread.checked(("mkl packed", out_features, d, bias is not None, spare_thread.rows_bucket(m)),
                                 lambda: _compute(x, packed, out_features, bias))
 
 

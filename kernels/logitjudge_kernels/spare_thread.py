@@ -117,10 +117,15 @@ def paused():
             torch.set_num_threads(base + 1)
 
 
+def rows_bucket(rows: int) -> int:
+    """``rows`` rounded up to a power of two: the bucket a :func:`checked` key names."""
+    return 1 << max(0, int(rows) - 1).bit_length()
+
+
 def checked(key: tuple, run):
     """``run()`` at the raised count where this process found, on the first call of ``key`` (a route, its
-    weight shape and a bucket of rows), the same bits at both counts (that call computes both and returns the
-    base result); else at the base count. Outside a raised step: ``run()``."""
+    weight shape, bias or not, and a bucket of rows: :func:`rows_bucket`), the same bits at both counts (that
+    call computes both and returns the base result); else at the base count. Outside a raised step: ``run()``."""
     if not is_raised():
         return run()
     key = (*key, _state.base)

@@ -216,14 +216,11 @@ def linear_plain(w: Weight, x: torch.Tensor) -> torch.Tensor:
     return f_linear(x, w.weight, w.bias)
 
 
-def _rows_pow2(x: torch.Tensor) -> int:
-    return 1 << max(0, x.shape[0] - 1).bit_length()
-
-
 def f_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear`` (on CPU in fp32, MKL's GEMM), on a raised step's count where its bits hold there
     (``spare_thread.checked``). x (M, in) -> (M, out)."""
-    return spare_thread.checked(("plain", *weight.shape, str(x.dtype), _rows_pow2(x)),
+    return spare_thread.checked(("plain", *weight.shape, bias is not None, str(x.dtype),
+                                 spare_thread.rows_bucket(x.shape[0])),
                                 lambda: F.linear(x, weight, bias))
 
 
@@ -232,7 +229,7 @@ def linear_packed(w: Weight, x: torch.Tensor) -> torch.Tensor:
     (M, out)."""
     xs = x.float() if w.upcast else x
     out = spare_thread.checked(
-        ("packed", *w.weight.shape, str(xs.dtype), _rows_pow2(x)),
+        ("packed", *w.weight.shape, w.bias is not None, str(xs.dtype), spare_thread.rows_bucket(x.shape[0])),
         lambda: torch.ops.mkldnn._linear_pointwise(xs, w.packed, w.bias, "none", [], ""))
     return out.to(x.dtype) if w.upcast else out
 
@@ -269,7 +266,8 @@ def gate_up_packed(mlp: GatedMLP, x: torch.Tensor) -> torch.Tensor:
         gate = torch.ops.mkldnn._linear_pointwise(xs, mlp.gate.packed, None, post, [], algorithm)
         return torch.ops.mkldnn._linear_pointwise.binary(xs, gate, mlp.up.packed, None, "mul")
 
-    out = spare_thread.checked(("packed epilogues", *mlp.weight.shape, mlp.act, str(xs.dtype), _rows_pow2(x)), run)
+    key = ("packed epilogues", *mlp.weight.shape, mlp.act, str(xs.dtype), spare_thread.rows_bucket(x.shape[0]))
+    out = spare_thread.checked(key, run)
     return out.to(x.dtype) if mlp.upcast else out
 
 
