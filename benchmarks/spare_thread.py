@@ -14,7 +14,9 @@ Settings (``logitjudge_kernels/spare_thread.py``):
   three threads on two CPUs, two share one CPU and one shares the other with the busy process (the same bits).
 
 Printed: per setting the best and median seconds quiet (``never`` and ``auto``; the others do not raise a quiet
-step either) and busy, busy over ``never``'s best quiet time, and the load's share of a core; JSON to ``--out``.
+step either) and busy, busy over ``never``'s best quiet time, the cores the judge got busy (its CPU seconds over
+its wall seconds, median over the rounds: what a thread more is meant to raise), and the load's share of a core;
+JSON to ``--out``.
 
     .venv/bin/python -m benchmarks.spare_thread [--model gemma-3-270m] [--workload 1x350] [--rounds 4]
         [--settings never,auto,unguarded,pinned] [--load 1] [--out benchmarks/results/spare_thread.json]
@@ -84,13 +86,17 @@ def use(setting: str, pinned) -> None:
         spare_thread.raised = pinned
 
 
-def rounds(run, settings: list[str], n: int, pinned) -> dict:
+def rounds(run, settings: list[str], n: int, pinned) -> tuple[dict, dict]:
+    """({setting: [wall s per round]}, {setting: [cores per round]}); ``run()`` gives (wall s, CPU s)."""
     times: dict = {s: [] for s in settings}
+    cores: dict = {s: [] for s in settings}
     for r in range(n):
         for s in settings if r % 2 == 0 else settings[::-1]:
             use(s, pinned)
-            times[s].append(run())
-    return times
+            wall, cpu = run()
+            times[s].append(wall)
+            cores[s].append(cpu / wall)
+    return times, cores
 
 
 def main(argv=None) -> int:
@@ -111,31 +117,33 @@ def main(argv=None) -> int:
     engine = Engine(lm, prefix_mode="native")
     pinned = _pinned_raised() if "pinned" in settings else None
 
-    def run() -> float:
-        t = time.perf_counter()
+    def run() -> tuple[float, float]:
+        t, c = time.perf_counter(), time.process_time()
         engine.prompt_logprobs(groups)
-        return time.perf_counter() - t
+        return time.perf_counter() - t, time.process_time() - c
 
     quiet_settings = [s for s in settings if s in ("never", "auto")]
     rounds(run, quiet_settings, 1, pinned)  # routes decided, kernels built
-    quiet = rounds(run, quiet_settings, args.rounds, pinned)
+    quiet, _ = rounds(run, quiet_settings, args.rounds, pinned)
     with load.busy(args.load, "matmul", 1) as work:
         rounds(run, settings, 1, pinned)  # auto has read the load; every GEMM bucket checked
-        busy = rounds(run, settings, args.rounds, pinned)
+        busy, cores = rounds(run, settings, args.rounds, pinned)
     use("auto", pinned)
     floor = min(quiet.get("never") or quiet.get("auto") or [float("nan")])
     shares = [s for s in work["cpu_share"] if s is not None]
     print(f"{args.model} {args.workload}, {torch.get_num_threads()} threads, {describe_cpu(cpu_info())}, "
           f"{args.load} busy process(es), load's share of a core {' '.join(f'{s:.2f}' for s in shares)}")
     print(f"{'setting':<10} {'quiet best':>10} {'quiet median':>12} {'busy best':>9} {'busy median':>11} "
-          f"{'busy / quiet':>12}")
+          f"{'busy / quiet':>12} {'busy cores':>10}")
     rows = {}
     for s in settings:
         q, b = quiet.get(s, []), busy[s]
-        rows[s] = {"quiet_s": q, "busy_s": b, "busy_over_quiet": min(b) / floor}
+        rows[s] = {"quiet_s": q, "busy_s": b, "busy_over_quiet": min(b) / floor, "busy_cores": cores[s]}
         qb, qm = (f"{min(q):.3f}", f"{statistics.median(q):.3f}") if q else ("-", "-")
-        print(f"{s:<10} {qb:>10} {qm:>12} {min(b):9.3f} {statistics.median(b):11.3f} {min(b) / floor:11.2f}x")
-    print("busy / quiet: the setting's best busy time over never's best quiet time")
+        print(f"{s:<10} {qb:>10} {qm:>12} {min(b):9.3f} {statistics.median(b):11.3f} {min(b) / floor:11.2f}x "
+              f"{statistics.median(cores[s]):10.2f}")
+    print("busy / quiet: the setting's best busy time over never's best quiet time; busy cores: the judge's CPU "
+          "seconds over its wall seconds, median round")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"model": args.model, "workload": args.workload, "threads": args.threads,

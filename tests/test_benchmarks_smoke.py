@@ -256,7 +256,8 @@ def test_spare_thread_benchmark_times_every_setting_and_puts_the_real_step_back(
     assert spare_thread.main(["--rounds", "1", "--out", str(out)]) == 0
     got = json.loads(out.read_text())["settings"]
     assert list(got) == list(spare_thread.SETTINGS)
-    assert all(len(got[s]["busy_s"]) == 1 for s in got)
+    assert all(len(got[s]["busy_s"]) == len(got[s]["busy_cores"]) == 1 for s in got)
+    assert all(c > 0 for s in got for c in got[s]["busy_cores"])  # CPU seconds over wall seconds
     assert [bool(got[s]["quiet_s"]) for s in got] == [True, True, False, False]
     assert (real.raised, real.paused, real.checked) == before
 
