@@ -149,7 +149,7 @@ def test_one_mkl_packed_copy_serves_every_row_count(bias):
     w = torch.randn(384, 160, generator=g) / 160 ** 0.5
     b = torch.randn(384, generator=g) if bias else None
     kept = None if b is None else b.clone()
-    packed = mkl_gemm.pack(w)
+    packed = mkl_gemm.Packed(w)
     for m in (1, 2, 3, 17, 255, 256, 257, 1000, 2000):
         x = torch.randn(m, 160, generator=g)
         truth = torch.nn.functional.linear(x.double(), w.double(), None if b is None else b.double())

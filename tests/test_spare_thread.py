@@ -138,15 +138,41 @@ ROWS = (1, 7, 32, 95, 160, 256, 333, 512, 700, 1_024)
 
 @pytest.mark.skipif(not mkl_gemm.available(), reason="torch here has no MKL")
 def test_mkl_packed_same_bits_at_1_to_4_threads_on_the_judges_shapes():
+    """MKL's packed GEMM gives the same bits at 1 to 4 threads, whether its copy was packed at 1 thread or at the
+    count it runs on (mkl_gemm.Packed makes the copy again for the call's count)."""
     g = torch.Generator().manual_seed(2)
     for out, d in JUDGE_SHAPES:
         w = torch.randn(out, d, generator=g) / d ** 0.5
-        packed = mkl_gemm.pack(w)
+        packed = {t: _at(t, mkl_gemm.pack, w) for t in (1, 2, 3, 4)}
         for m in ROWS:
             x = torch.randn(m, d, generator=g)
-            base = _at(1, mkl_gemm._compute, x, packed, out, None)
+            base = _at(1, mkl_gemm._compute, x, packed[1], out, None)
             for threads in (2, 3, 4):
-                assert torch.equal(_at(threads, mkl_gemm._compute, x, packed, out, None), base), (out, d, m, threads)
+                for at in (1, threads):
+                    got = _at(threads, mkl_gemm._compute, x, packed[at], out, None)
+                    assert torch.equal(got, base), (out, d, m, threads, at)
+
+
+@pytest.mark.skipif(not mkl_gemm.available(), reason="torch here has no MKL")
+def test_mkl_packed_copy_follows_the_thread_count_and_keeps_one(spare):
+    """Packed.buffer(): the copy packed at torch's current count, reused while the count stays, made again (and
+    the old one let go) when it changes; a raised step's calls and a quiet step's give the same values."""
+    g = torch.Generator().manual_seed(3)
+    w, x = torch.randn(640, 256, generator=g), torch.randn(95, 256, generator=g)
+    packed = mkl_gemm.Packed(w)
+    base = torch.get_num_threads()
+    first = packed.buffer()
+    assert packed.buffer() is first and packed._copy[0] == base
+    raised = _at(base + 1, packed.buffer)
+    assert raised is not first and packed._copy == (base + 1, raised)
+    again = packed.buffer()
+    assert again is not raised and packed._copy[0] == base
+    quiet = mkl_gemm.linear(x, packed, 640)
+    spare("1")
+    with spare_thread.raised():
+        held = mkl_gemm.linear(x, packed, 640)
+        assert packed._copy[0] == base + 1
+    assert torch.equal(quiet, held)
 
 
 def _at(threads: int, fn, *args):

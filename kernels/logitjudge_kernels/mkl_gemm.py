@@ -66,14 +66,38 @@ def pack(w: torch.Tensor, rows: int = PACK_ROWS) -> torch.Tensor:
     return buf
 
 
-def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
-           bias: torch.Tensor | None = None) -> torch.Tensor:
+class Packed:
+    """W's packed copy for the thread count a call runs on, made again when that count changes.
+
+    MKL lays the copy out for the count it is packed at (``mkl_get_max_threads``, which torch's count sets), and a
+    call at another count runs slower: Qwen2.5-Coder-0.5B's 896 -> 9,728 gate/up packed at 2 threads ran its
+    238-row calls on 2 of 3 threads inside a step raised by one (the third idle: 20.1-20.4 ms a call beside a
+    busy process, against 16.5-18.6 ms packed at 3), and packed at 3 its 2-thread calls were 35% slower quietly
+    (13.8 against 10.2 ms). The values are the same bits from either copy at either count (tests). One copy is
+    kept, the current count's: when the spare thread is taken or given back the copies are made again at their
+    first call (Qwen's 72 in ~0.4 s), so no second copy is held."""
+
+    __slots__ = ("weight", "rows", "_copy")
+
+    def __init__(self, w: torch.Tensor, rows: int = PACK_ROWS):
+        self.weight, self.rows = w, rows
+        self._copy: tuple[int, torch.Tensor] | None = None  # (threads packed at, buffer): swapped as one
+
+    def buffer(self) -> torch.Tensor:
+        """The copy packed at torch's current count (made now if the kept one is for another count)."""
+        threads, copy = torch.get_num_threads(), self._copy
+        if copy is None or copy[0] != threads:
+            copy = self._copy = (threads, pack(self.weight, self.rows))
+        return copy[1]
+
+
+def linear(x: torch.Tensor, packed: Packed, out_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x . W^T (+ bias)`` on W's packed copy. x (M, in) fp32 -> (M, out). With a bias, C starts as the bias
     row (beta 1), as torch's own packed route (``mkl::_mkl_linear``) does."""
     x = x.contiguous()
     m, d = x.shape
     return spare_thread.checked(("mkl packed", out_features, d, bias is not None, spare_thread.rows_bucket(m)),
-                                lambda: _compute(x, packed, out_features, bias))
+                                lambda: _compute(x, packed.buffer(), out_features, bias))
 
 
 def _compute(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> torch.Tensor:

@@ -82,10 +82,10 @@ class Weight:
         return self._packed
 
     @property
-    def mkl_packed(self) -> torch.Tensor:
-        """MKL's packed copy of the fp32 weight (:mod:`logitjudge_kernels.mkl_gemm`), made at first use."""
+    def mkl_packed(self) -> mkl_gemm.Packed:
+        """MKL's packed copy of the fp32 weight (:mod:`logitjudge_kernels.mkl_gemm`), packed at first use."""
         if self._mkl is None:
-            self._mkl = mkl_gemm.pack(self.weight)
+            self._mkl = mkl_gemm.Packed(self.weight)
         return self._mkl
 
     def rows(self, start: int, stop: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -122,10 +122,10 @@ class GatedMLP:
         return self.gate.packs
 
     @property
-    def mkl_packed(self) -> torch.Tensor:
-        """MKL's packed copy of the fused (2 I, d) fp32 weight, made at first use."""
+    def mkl_packed(self) -> mkl_gemm.Packed:
+        """MKL's packed copy of the fused (2 I, d) fp32 weight, packed at first use."""
         if self._mkl is None:
-            self._mkl = mkl_gemm.pack(self.weight)
+            self._mkl = mkl_gemm.Packed(self.weight)
         return self._mkl
 
     @property
