@@ -16,7 +16,7 @@ Inside a step raised by one thread while another process takes a core (:mod:`.sp
 raised count where that gives the same bits (``spare_thread.checked``: once per process for each weight shape
 and power-of-two bucket of row counts). MKL splits rows and columns over its threads, not the sum, on the
 judges' shapes: the same bits at 1 to 4 threads on 8 weights x 10 row counts of gemma-3-270m and
-Qwen2.5-Coder-0.5B (tests/test_spare_thread.py).
+Qwen2.5-Coder-0.5B (tests/test_spare_thread.py). The copy is packed at the count a call runs on (:class:`Packed`).
 """
 
 from __future__ import annotations
